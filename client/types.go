@@ -1,0 +1,219 @@
+// Package client is the typed Go client of the orchestrator's HTTP API, and the home of its wire
+// types: the API server, the worker, orchctl and agents all speak these.
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Duration is a JSON duration: a number of seconds (30, 0.5) or a Go duration string ("1m30s").
+// It marshals as seconds.
+type Duration time.Duration
+
+// UnmarshalJSON accepts seconds or a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("want seconds or a duration like \"90s\": %w", err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("want seconds or a duration like \"90s\"")
+	}
+	*d = Duration(f * float64(time.Second))
+	return nil
+}
+
+// MarshalJSON writes seconds.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(strconv.FormatFloat(time.Duration(d).Seconds(), 'f', -1, 64)), nil
+}
+
+// SubmitRequest is the body of POST /jobs/submit.
+type SubmitRequest struct {
+	// JobID is a client-chosen stable id ([A-Za-z0-9._:-]{1,128}); resubmitting it returns the
+	// existing job. Generated when empty.
+	JobID string `json:"job_id,omitempty"`
+	Type  string `json:"type"`
+	Agent string `json:"agent"`
+	// Payload is any JSON value, handed to the handler as is.
+	Payload json.RawMessage `json:"payload"`
+	// MaxAttempts overrides the type's attempt budget.
+	MaxAttempts *int `json:"max_attempts,omitempty"`
+	// Timeout overrides the type's per-attempt run-time limit.
+	Timeout *Duration `json:"timeout,omitempty"`
+}
+
+// SubmitResponse is the answer to a submit: 202 for a new job, 200 for an existing job_id.
+type SubmitResponse struct {
+	JobID   string `json:"job_id"`
+	Status  string `json:"status"`
+	Created bool   `json:"created"`
+}
+
+// Job is a job as the API shows it.
+type Job struct {
+	JobID       string          `json:"job_id"`
+	Type        string          `json:"type"`
+	Agent       string          `json:"agent"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	Status      string          `json:"status"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"max_attempts"`
+	AvailableAt time.Time       `json:"available_at"`
+	Enqueued    bool            `json:"enqueued"`
+	StreamID    string          `json:"stream_id,omitempty"`
+	OwnerPool   string          `json:"owner_pool,omitempty"`
+	WorkerID    string          `json:"worker_id,omitempty"`
+	GPUMemoryMB int             `json:"gpu_memory_mb"`
+	Timeout     Duration        `json:"timeout"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	LastError   string          `json:"last_error,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	StartedAt   *time.Time      `json:"started_at,omitempty"`
+	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+}
+
+// JobList is a page of GET /jobs. NextCursor is empty on the last page.
+type JobList struct {
+	Jobs       []Job  `json:"jobs"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// ClaimItem is one stream entry a worker read and wants to run.
+type ClaimItem struct {
+	JobID     string `json:"job_id"`
+	Stream    string `json:"stream"`
+	MessageID string `json:"message_id"`
+}
+
+// ClaimRequest is the body of POST /internal/jobs/claim.
+type ClaimRequest struct {
+	WorkerID string      `json:"worker_id"`
+	PoolID   string      `json:"pool_id,omitempty"`
+	NodeID   string      `json:"node_id,omitempty"`
+	Jobs     []ClaimItem `json:"jobs"`
+	// InFlight are the jobs the worker is running; the answer says which of them were cancelled.
+	InFlight []string `json:"in_flight,omitempty"`
+}
+
+// ClaimedJob is what a worker needs to run one claimed job.
+type ClaimedJob struct {
+	JobID      string          `json:"job_id"`
+	Type       string          `json:"type"`
+	Payload    json.RawMessage `json:"payload"`
+	Attempt    int             `json:"attempt"`
+	Timeout    Duration        `json:"timeout"`
+	LeaseToken string          `json:"lease_token,omitempty"`
+	GPUIndex   *int            `json:"gpu_index,omitempty"`
+}
+
+// Claim refusal reasons. A refused entry is acknowledged and dropped by the worker, except for
+// ReasonRetryLater, whose entry is left for later delivery.
+const (
+	ReasonNotFound   = "not_found"   // no such job
+	ReasonNotPending = "not_pending" // claimed elsewhere, running, or terminal
+	ReasonNotDue     = "not_due"     // pending but its backoff has not elapsed
+	ReasonRetryLater = "retry_later" // no resources now (e.g. no GPU with room)
+)
+
+// ClaimRefusal says why one entry was not claimed.
+type ClaimRefusal struct {
+	JobID  string `json:"job_id"`
+	Reason string `json:"reason"`
+}
+
+// ClaimResponse answers a claim.
+type ClaimResponse struct {
+	Claimed []ClaimedJob   `json:"claimed"`
+	Refused []ClaimRefusal `json:"refused"`
+	// Cancel lists in-flight jobs whose handlers must be cancelled.
+	Cancel []string `json:"cancel,omitempty"`
+}
+
+// StartRequest is the body of POST /internal/jobs/start: the handlers of these jobs began.
+type StartRequest struct {
+	WorkerID string   `json:"worker_id"`
+	JobIDs   []string `json:"job_ids"`
+}
+
+// StartResponse answers a start report.
+type StartResponse struct {
+	Cancel []string `json:"cancel,omitempty"`
+}
+
+// Result statuses of an attempt.
+const (
+	ResultDone   = "done"
+	ResultFailed = "failed"
+)
+
+// JobResult is the outcome of one attempt.
+type JobResult struct {
+	JobID      string          `json:"job_id"`
+	Attempt    int             `json:"attempt"`
+	LeaseToken string          `json:"lease_token,omitempty"`
+	Status     string          `json:"status"` // done | failed
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	// NonRetryable sends a failed job straight to the dead letters.
+	NonRetryable bool `json:"non_retryable,omitempty"`
+}
+
+// CompleteRequest is the body of POST /internal/jobs/complete.
+type CompleteRequest struct {
+	WorkerID string      `json:"worker_id"`
+	Results  []JobResult `json:"results"`
+	InFlight []string    `json:"in_flight,omitempty"`
+}
+
+// Completion outcomes, per job.
+const (
+	OutcomeDone       = "done"        // recorded as done
+	OutcomeRetry      = "retry"       // failed attempt recorded, the job will be retried
+	OutcomeDeadLetter = "dead_letter" // failed attempt recorded, no attempts left
+	OutcomeStale      = "stale"       // not recorded: the job is no longer this worker's attempt
+)
+
+// CompleteOutcome says what happened to one result.
+type CompleteOutcome struct {
+	JobID   string `json:"job_id"`
+	Outcome string `json:"outcome"`
+	Status  string `json:"status"` // the job's status after the call
+}
+
+// CompleteResponse answers a completion report.
+type CompleteResponse struct {
+	Outcomes []CompleteOutcome `json:"outcomes"`
+	Cancel   []string          `json:"cancel,omitempty"`
+}
+
+// ErrorBody is every error answer: {"error": {"code": ..., "message": ..., "field": ...}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail describes an error; Field names the offending input field of a 400.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// Health is the answer of /healthz and /readyz.
+type Health struct {
+	Status string            `json:"status"` // ok | unavailable
+	Checks map[string]string `json:"checks,omitempty"`
+}

@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/streams"
+)
+
+// ErrJobTerminal is returned when an operation needs a live job but the job is terminal
+// (cancel of a done job, for instance). The API answers 409.
+var ErrJobTerminal = errors.New("job is in a terminal state")
+
+// ValidationError is bad input: Field names the offending field. The API answers 400.
+type ValidationError struct {
+	Field   string
+	Message string
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Message }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Engine is the job lifecycle. It is safe for concurrent use.
+type Engine struct {
+	store   store.Store
+	streams *streams.Client
+	cfg     *config.Config
+	now     func() time.Time
+	log     *slog.Logger
+}
+
+// Options are optional dependencies of New.
+type Options struct {
+	// Now is the clock (default time.Now); tests move it.
+	Now func() time.Time
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// New returns an Engine over the store and streams, for the job types of cfg.
+func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *Engine {
+	e := &Engine{
+		store:   st,
+		streams: sc,
+		cfg:     cfg,
+		now:     opts.Now,
+		log:     cmp.Or(opts.Logger, slog.Default()).With("component", "engine"),
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	return e
+}
+
+// Store returns the engine's store (for readiness checks and the dispatcher).
+func (e *Engine) Store() store.Store { return e.store }
+
+// Streams returns the engine's stream client.
+func (e *Engine) Streams() *streams.Client { return e.streams }
+
+// Config returns the configuration the engine runs with.
+func (e *Engine) Config() *config.Config { return e.cfg }
+
+// nowUTC is the engine clock in UTC, truncated to microseconds (the database's precision) so
+// the in-memory row equals the stored one.
+func (e *Engine) nowUTC() time.Time { return e.now().UTC().Truncate(time.Microsecond) }

@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// SubmitParams is one job to submit.
+type SubmitParams struct {
+	JobID       string // empty: generated
+	Type        string
+	Agent       string
+	Payload     json.RawMessage
+	MaxAttempts int           // 0: the type's default
+	Timeout     time.Duration // 0: the type's default
+	Actor       string        // audit actor, e.g. "agent:NAME"
+}
+
+// ClaimItem is one stream entry a worker read.
+type ClaimItem struct {
+	JobID     string
+	Stream    string
+	MessageID string
+}
+
+// ClaimParams is one claim call of a worker.
+type ClaimParams struct {
+	WorkerID string
+	PoolID   string
+	NodeID   string
+	Items    []ClaimItem
+	InFlight []string // jobs the worker runs now; the result says which were cancelled
+}
+
+// Claim refusal reasons (the same strings as the wire's).
+const (
+	RefusedNotFound   = "not_found"
+	RefusedNotPending = "not_pending"
+	RefusedNotDue     = "not_due"
+	RefusedRetryLater = "retry_later"
+)
+
+// Refusal says why a job was not claimed.
+type Refusal struct {
+	JobID  string
+	Reason string
+}
+
+// ClaimResult answers a claim: the claimed jobs (status claimed, attempts incremented), the
+// refused ones, and the in-flight jobs to cancel.
+type ClaimResult struct {
+	Claimed []store.Job
+	Refused []Refusal
+	Cancel  []string
+}
+
+// StartParams reports that the handlers of jobs began.
+type StartParams struct {
+	WorkerID string
+	JobIDs   []string
+}
+
+// Result is the outcome of one attempt, as a worker reports it.
+type Result struct {
+	JobID        string
+	Attempt      int
+	LeaseToken   string
+	Done         bool // false: failed
+	Output       json.RawMessage
+	Error        string
+	NonRetryable bool
+}
+
+// CompleteParams is one completion report of a worker.
+type CompleteParams struct {
+	WorkerID string
+	Results  []Result
+	InFlight []string
+}
+
+// Completion outcomes (the same strings as the wire's).
+const (
+	OutcomeDone       = "done"
+	OutcomeRetry      = "retry"
+	OutcomeDeadLetter = "dead_letter"
+	OutcomeStale      = "stale"
+)
+
+// Outcome says what a completion did to one job.
+type Outcome struct {
+	JobID   string
+	Outcome string
+	Status  store.JobStatus
+}
+
+// CompleteResult answers a completion report.
+type CompleteResult struct {
+	Outcomes []Outcome
+	Cancel   []string
+}

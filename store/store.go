@@ -1,0 +1,208 @@
+// Package store defines the persistence boundary of the orchestrator: the models, the Store
+// interface every driver implements, and the sentinel errors drivers map their errors to.
+//
+// The database is the truth (DESIGN.md, principle 1): every job state lives here, and every
+// transition is written together with its audit row inside one transaction (WithTx).
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Drivers translate their own errors into these at the boundary so that callers
+// never inspect driver-specific error types.
+var (
+	// ErrNotFound means the addressed row does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrConflict means a compare-and-set lost (the row changed underneath) or a unique key clashed.
+	ErrConflict = errors.New("store: conflict")
+)
+
+// JobStatus is the state of a job. The allowed transitions live in engine (one table).
+type JobStatus string
+
+// Job states, as in DESIGN.md.
+const (
+	JobPending    JobStatus = "pending"
+	JobClaimed    JobStatus = "claimed"
+	JobRunning    JobStatus = "running"
+	JobDone       JobStatus = "done"
+	JobFailed     JobStatus = "failed"
+	JobDeadLetter JobStatus = "dead_letter"
+	JobCancelled  JobStatus = "cancelled"
+)
+
+// JobStatuses lists every job state, in lifecycle order.
+var JobStatuses = []JobStatus{JobPending, JobClaimed, JobRunning, JobDone, JobFailed, JobDeadLetter, JobCancelled}
+
+// Terminal reports whether no further transition is expected (dead_letter can still be replayed
+// by an operator, but nothing automatic moves it).
+func (s JobStatus) Terminal() bool {
+	return s == JobDone || s == JobDeadLetter || s == JobCancelled
+}
+
+// Valid reports whether s is one of the known states.
+func (s JobStatus) Valid() bool {
+	for _, v := range JobStatuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Job is one row of orchestrator_jobs.
+type Job struct {
+	ID          string
+	Type        string
+	Agent       string
+	Payload     json.RawMessage
+	Status      JobStatus
+	Attempts    int // attempts started so far (incremented at claim)
+	MaxAttempts int
+	AvailableAt time.Time // not delivered before
+	Enqueued    bool      // outbox flag: published to the stream for the current attempt
+	StreamID    string    // the stream entry of the last publication
+	OwnerPool   string
+	WorkerID    string
+	LeaseToken  string
+	GPUMemoryMB int // GPU memory the job needs; 0 = CPU job
+	Timeout     time.Duration
+	Result      json.RawMessage
+	LastError   string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
+}
+
+// JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
+// attempts 0 and the timestamps to Now.
+type JobInsertParams struct {
+	ID          string
+	Type        string
+	Agent       string
+	Payload     json.RawMessage
+	MaxAttempts int
+	AvailableAt time.Time
+	GPUMemoryMB int
+	Timeout     time.Duration
+	Now         time.Time
+}
+
+// JobListParams filters and pages GET /jobs. Pages are ordered by (created_at DESC, job_id DESC);
+// After is the keyset cursor: the last job of the previous page.
+type JobListParams struct {
+	Status JobStatus // empty: any
+	Type   string
+	Agent  string
+	After  *JobCursor
+	Limit  int
+}
+
+// JobCursor is a keyset position in a job listing.
+type JobCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// JobUpdate is a compare-and-set write of one job. The row is written only while its status is
+// still From (and, when ExpectAttempts is set, its attempts equal it); otherwise ErrConflict
+// (or ErrNotFound when the job does not exist). Nil pointer fields are left unchanged.
+type JobUpdate struct {
+	ID             string
+	From           JobStatus
+	ExpectAttempts *int
+	ExpectWorker   *string // only while worker_id equals this
+
+	To          JobStatus
+	Attempts    *int
+	MaxAttempts *int
+	AvailableAt *time.Time
+	Enqueued    *bool
+	OwnerPool   *string
+	WorkerID    *string
+	LeaseToken  *string
+	Result      json.RawMessage // nil: unchanged
+	LastError   *string
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
+	Now         time.Time // updated_at
+}
+
+// JobEnqueued records that a job was published for a given attempt count. The mark applies only
+// while the job is still pending, not yet enqueued, and its attempts are unchanged: a stale mark
+// must never hide a later retry from the dispatcher.
+type JobEnqueued struct {
+	ID       string
+	Attempts int
+	StreamID string
+}
+
+// AuditEvent is one row of orchestrator_audit: a transition or an admin action.
+type AuditEvent struct {
+	ID         int64 // assigned by the database; increases with time
+	TS         time.Time
+	EventType  string // e.g. "job.pending->claimed", "job.submitted"
+	JobID      string
+	LeaseToken string
+	PoolID     string
+	Actor      string // who caused it: "agent:NAME", "worker:ID", "leader", "admin"
+	Details    json.RawMessage
+}
+
+// AuditListParams selects audit rows in id order.
+type AuditListParams struct {
+	JobID   string // empty: all jobs
+	AfterID int64
+	Limit   int
+}
+
+// Executor is every operation of the store. A Store runs them directly (each in its own implicit
+// transaction); a Tx runs them inside one transaction.
+type Executor interface {
+	// JobInsert inserts a new pending job. When a job with the same ID exists it returns that job
+	// and inserted=false, writing nothing.
+	JobInsert(ctx context.Context, p JobInsertParams) (job Job, inserted bool, err error)
+	// JobGet returns one job or ErrNotFound.
+	JobGet(ctx context.Context, id string) (Job, error)
+	// JobGetMany returns the jobs that exist among ids (in no particular order); forUpdate locks
+	// them for the rest of the transaction (only meaningful in a Tx).
+	JobGetMany(ctx context.Context, ids []string, forUpdate bool) ([]Job, error)
+	// JobList returns a page of jobs, newest first.
+	JobList(ctx context.Context, p JobListParams) ([]Job, error)
+	// JobUpdate applies one compare-and-set write.
+	JobUpdate(ctx context.Context, u JobUpdate) error
+	// JobListDispatchable returns pending jobs with enqueued=0 and available_at <= now, oldest
+	// available first.
+	JobListDispatchable(ctx context.Context, now time.Time, limit int) ([]Job, error)
+	// JobMarkEnqueued sets enqueued=1 and stream_id for each entry that still matches (pending,
+	// not enqueued, same attempts); it returns how many rows changed.
+	JobMarkEnqueued(ctx context.Context, marks []JobEnqueued) (int, error)
+	// AuditInsert appends audit rows (one multi-row insert).
+	AuditInsert(ctx context.Context, events []AuditEvent) error
+	// AuditList returns audit rows with id > AfterID, oldest first.
+	AuditList(ctx context.Context, p AuditListParams) ([]AuditEvent, error)
+}
+
+// Tx is an Executor bound to one open transaction.
+type Tx interface {
+	Executor
+}
+
+// Store is the database. Drivers: store/mysql (MariaDB) and, later, store/sqlite.
+type Store interface {
+	Executor
+	// WithTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise.
+	// Deadlocks and serialization failures are retried a few times by the driver.
+	WithTx(ctx context.Context, fn func(Tx) error) error
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+	// SchemaVersion returns the applied migration version and whether it is dirty.
+	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
+	// Close releases the connections.
+	Close() error
+}
