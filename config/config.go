@@ -54,6 +54,9 @@ type Config struct {
 	RedisAddr string `yaml:"redis_addr"`
 	// RedisPassword authenticates to Redis (ORCH_REDIS_PASSWORD).
 	RedisPassword string `yaml:"redis_password"`
+	// RedisPrefix is put before every Redis key (ORCH_REDIS_PREFIX), so several clusters (or
+	// test runs) can share one Redis.
+	RedisPrefix string `yaml:"redis_prefix"`
 	// NodeID names this host (ORCH_NODE_ID; default: the hostname).
 	NodeID string `yaml:"node_id"`
 	// TokensFile holds the API tokens as SHA-256 hashes with their roles (ORCH_TOKENS_FILE).
@@ -196,6 +199,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	str("ORCH_MYSQL_DSN", &c.MySQLDSN)
 	str("ORCH_REDIS_ADDR", &c.RedisAddr)
 	str("ORCH_REDIS_PASSWORD", &c.RedisPassword)
+	str("ORCH_REDIS_PREFIX", &c.RedisPrefix)
 	str("ORCH_NODE_ID", &c.NodeID)
 	str("ORCH_TOKENS_FILE", &c.TokensFile)
 	str("ORCH_LOG_LEVEL", &c.LogLevel)

@@ -1,0 +1,46 @@
+# GPU Orchestrator. `make run` starts a working orchestrator; `make test` runs every test.
+GO        ?= go
+BIN       := bin
+PKGS      := ./...
+# go-nvml's headers use deprecated declarations; keep cgo builds quiet.
+export CGO_CFLAGS ?= -Wno-deprecated-declarations
+
+.PHONY: all build run test test-short bench lint fmt services clean
+
+all: build
+
+## build: the three binaries into bin/
+build:
+	$(GO) build -o $(BIN)/ ./cmd/orchestrator ./cmd/worker ./cmd/orchctl
+
+## run: start MariaDB and Redis if needed, then the orchestrator in dev mode with a local worker pool
+run: build services
+	./$(BIN)/orchestrator dev
+
+## test: go vet, then every test with the race detector against the real MariaDB and Redis
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## test-short: the fast tests only (no process-level end-to-end runs)
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+## bench: the load generator against a stack it starts (see bench/README.md)
+bench: build services
+	$(GO) run ./bench -out bench/results.json
+
+## lint: gofmt and go vet
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## services: install (when missing) and start MariaDB and Redis on this machine; idempotent
+services:
+	@bash scripts/services.sh
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Get returns one job.
+func (e *Engine) Get(ctx context.Context, id string) (store.Job, error) {
+	j, err := e.store.JobGet(ctx, id)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// List returns a page of jobs, newest first.
+func (e *Engine) List(ctx context.Context, p store.JobListParams) ([]store.Job, error) {
+	if p.Status != "" && !p.Status.Valid() {
+		return nil, invalid("status", "unknown status %q", p.Status)
+	}
+	jobs, err := e.store.JobList(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// Cancel moves a non-terminal job to cancelled. A running job's worker learns it on its next
+// claim, start or complete call (the answer's cancel list) and cancels the handler; its late
+// result is then stale. A terminal job gives ErrJobTerminal.
+func (e *Engine) Cancel(ctx context.Context, id, actor string) (store.Job, error) {
+	now := e.nowUTC()
+	var job store.Job
+	err := e.store.WithTx(ctx, func(tx store.Tx) error {
+		jobs, err := tx.JobGetMany(ctx, []string{id}, true)
+		if err != nil {
+			return err
+		}
+		if len(jobs) == 0 {
+			return store.ErrNotFound
+		}
+		job = jobs[0]
+		if job.Status.Terminal() || !CanTransition(job.Status, store.JobCancelled) {
+			return fmt.Errorf("%w: %s", ErrJobTerminal, job.Status)
+		}
+		empty := ""
+		ev, err := transition(ctx, tx, change{
+			job:     &job,
+			update:  store.JobUpdate{To: store.JobCancelled, FinishedAt: &now, LeaseToken: &empty, Now: now},
+			actor:   actor,
+			details: map[string]any{"worker_id": job.WorkerID, "attempt": job.Attempts},
+		})
+		if err != nil {
+			return err
+		}
+		return tx.AuditInsert(ctx, []store.AuditEvent{ev})
+	})
+	if err != nil {
+		if errors.Is(err, ErrJobTerminal) || errors.Is(err, store.ErrNotFound) {
+			return job, fmt.Errorf("cancel job %s: %w", id, err)
+		}
+		return store.Job{}, fmt.Errorf("cancel job %s: %w", id, err)
+	}
+	return job, nil
+}

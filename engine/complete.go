@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Complete records the outcomes of attempts in one transaction. A result counts only while the
+// job is still this worker's attempt (claimed or running, same worker, same attempt number);
+// otherwise it is stale and ignored, so a worker that lost its job cannot overwrite it. A failed
+// attempt goes back to pending with backoff while attempts remain and is dead-lettered otherwise
+// (or at once when the handler marked the error non-retryable).
+func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult, error) {
+	if p.WorkerID == "" {
+		return CompleteResult{}, invalid("worker_id", "is required")
+	}
+	now := e.nowUTC()
+	var res CompleteResult
+	err := e.store.WithTx(ctx, func(tx store.Tx) error {
+		res = CompleteResult{Outcomes: make([]Outcome, 0, len(p.Results))}
+		ids := make([]string, 0, len(p.Results))
+		for _, r := range p.Results {
+			ids = append(ids, r.JobID)
+		}
+		byID, err := jobsByID(ctx, tx, ids, true)
+		if err != nil {
+			return err
+		}
+		events := make([]store.AuditEvent, 0, 2*len(p.Results))
+		for _, r := range p.Results {
+			job, ok := byID[r.JobID]
+			if !ok || !e.ownsAttempt(job, p.WorkerID, r) {
+				st := store.JobStatus("")
+				if ok {
+					st = job.Status
+				}
+				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeStale, Status: st})
+				continue
+			}
+			evs, outcome, err := e.finish(ctx, tx, job, p.WorkerID, r, now)
+			if err != nil {
+				return err
+			}
+			events = append(events, evs...)
+			res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: outcome, Status: job.Status})
+		}
+		if err := tx.AuditInsert(ctx, events); err != nil {
+			return err
+		}
+		res.Cancel, err = cancelledOf(ctx, tx, p.WorkerID, p.InFlight)
+		return err
+	})
+	if err != nil {
+		return CompleteResult{}, fmt.Errorf("complete jobs: %w", err)
+	}
+	return res, nil
+}
+
+// ownsAttempt reports whether r is the result of the job's current attempt by this worker.
+func (e *Engine) ownsAttempt(job *store.Job, workerID string, r Result) bool {
+	if job.Status != store.JobClaimed && job.Status != store.JobRunning {
+		return false
+	}
+	if job.WorkerID != workerID || job.Attempts != r.Attempt {
+		return false
+	}
+	return r.LeaseToken == job.LeaseToken
+}
+
+// finish applies one owned result: (claimed →) running → done, or → failed → pending|dead_letter.
+func (e *Engine) finish(ctx context.Context, tx store.Tx, job *store.Job, workerID string, r Result, now time.Time) ([]store.AuditEvent, string, error) {
+	actor := "worker:" + workerID
+	var events []store.AuditEvent
+	step := func(u store.JobUpdate, details map[string]any) error {
+		u.Now = now
+		ev, err := transition(ctx, tx, change{job: job, update: u, actor: actor, details: details})
+		if err == nil {
+			events = append(events, ev)
+		}
+		return err
+	}
+	if r.Done {
+		if job.Status == store.JobClaimed {
+			// The start report may still be on its way: record the start now.
+			if err := step(store.JobUpdate{To: store.JobRunning, StartedAt: &now}, nil); err != nil {
+				return nil, "", err
+			}
+		}
+		output := r.Output
+		if len(output) == 0 || !json.Valid(output) {
+			output = json.RawMessage("null")
+		}
+		empty := ""
+		err := step(store.JobUpdate{To: store.JobDone, Result: output, FinishedAt: &now, LeaseToken: &empty},
+			map[string]any{"attempt": job.Attempts})
+		return events, OutcomeDone, err
+	}
+	msg := r.Error
+	if msg == "" {
+		msg = "failed without an error message"
+	}
+	if err := step(store.JobUpdate{To: store.JobFailed, LastError: &msg},
+		map[string]any{"attempt": job.Attempts, "error": truncate(msg, 512), "non_retryable": r.NonRetryable}); err != nil {
+		return nil, "", err
+	}
+	outcome, err := e.afterFailure(job, r.NonRetryable, now, step)
+	return events, outcome, err
+}
+
+// afterFailure moves a failed job on: back to pending with backoff while attempts remain,
+// otherwise (or when non-retryable) to dead_letter. Shared by completions and rescues.
+func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, step func(store.JobUpdate, map[string]any) error) (string, error) {
+	empty := ""
+	if nonRetryable || job.Attempts >= job.MaxAttempts {
+		reason := "attempts exhausted"
+		if nonRetryable {
+			reason = "non-retryable error"
+		}
+		err := step(store.JobUpdate{To: store.JobDeadLetter, FinishedAt: &now, LeaseToken: &empty},
+			map[string]any{"reason": reason, "attempts": job.Attempts})
+		return OutcomeDeadLetter, err
+	}
+	delay := time.Duration(0)
+	if jt := e.cfg.JobType(job.Type); jt != nil {
+		delay = RetryDelay(jt.Backoff, job.Attempts, nil)
+	}
+	at := now.Add(delay).Truncate(time.Microsecond)
+	f := false
+	err := step(store.JobUpdate{To: store.JobPending, AvailableAt: &at, Enqueued: &f, WorkerID: &empty, LeaseToken: &empty},
+		map[string]any{"retry_in_ms": delay.Milliseconds(), "next_attempt": job.Attempts + 1})
+	return OutcomeRetry, err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

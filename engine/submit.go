@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/streams"
+)
+
+// Submit limits.
+const (
+	// MaxAttemptsLimit bounds a job's attempt budget.
+	MaxAttemptsLimit = 100
+	// MaxTimeout bounds a job's per-attempt run time.
+	MaxTimeout = 24 * time.Hour
+	// publishTimeout bounds the XADD after a submit's commit: past it, the dispatcher publishes.
+	publishTimeout = 2 * time.Second
+)
+
+// JobIDPattern is what a client-supplied job id must match.
+var JobIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+var agentPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// Submit validates p, inserts the job (pending, not enqueued) and its audit row in one
+// transaction, then publishes it to its type's stream and marks it enqueued (the outbox). A
+// job_id that exists already returns the existing job with created=false and writes nothing; an
+// existing job_id of another agent is a conflict. A failed publish is not an error: the job is
+// committed and the dispatcher publishes it.
+func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, error) {
+	jt, err := e.validateSubmit(&p)
+	if err != nil {
+		return store.Job{}, false, err
+	}
+	now := e.nowUTC()
+	var (
+		job     store.Job
+		created bool
+	)
+	err = e.store.WithTx(ctx, func(tx store.Tx) error {
+		var err error
+		job, created, err = tx.JobInsert(ctx, store.JobInsertParams{
+			ID:          p.JobID,
+			Type:        p.Type,
+			Agent:       p.Agent,
+			Payload:     p.Payload,
+			MaxAttempts: p.MaxAttempts,
+			AvailableAt: now,
+			GPUMemoryMB: jt.GPUMemoryMB,
+			Timeout:     p.Timeout,
+			Now:         now,
+		})
+		if err != nil || !created {
+			return err
+		}
+		details, _ := json.Marshal(map[string]any{"type": p.Type, "agent": p.Agent, "max_attempts": p.MaxAttempts})
+		return tx.AuditInsert(ctx, []store.AuditEvent{{
+			TS: now, EventType: EventSubmitted, JobID: job.ID, Actor: p.Actor, Details: details,
+		}})
+	})
+	if err != nil {
+		return store.Job{}, false, fmt.Errorf("submit job: %w", err)
+	}
+	if !created {
+		if job.Agent != p.Agent {
+			return store.Job{}, false, fmt.Errorf("submit job %s: the id belongs to another agent: %w", p.JobID, store.ErrConflict)
+		}
+		return job, false, nil
+	}
+	// The job is durable; from here on nothing may fail the submit. The publish must not be cut
+	// short by a client that hangs up after the commit.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if _, err := e.publish(pctx, []store.Job{job}); err != nil {
+		e.log.Warn("publish after submit failed; the dispatcher will publish", "job_id", job.ID, "error", err)
+	} else {
+		job.Enqueued = true
+	}
+	return job, true, nil
+}
+
+// publish XADDs one entry per job and marks the jobs enqueued for their current attempt count.
+// It returns how many jobs it published.
+func (e *Engine) publish(ctx context.Context, jobs []store.Job) (int, error) {
+	msgs := make([]streams.Message, 0, len(jobs))
+	for _, j := range jobs {
+		jt := e.cfg.JobType(j.Type)
+		if jt == nil {
+			e.log.Error("job of an unconfigured type cannot be published", "job_id", j.ID, "type", j.Type)
+			continue
+		}
+		msgs = append(msgs, streams.Message{Stream: jt.Stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts})
+	}
+	ids, err := e.streams.Publish(ctx, msgs)
+	if err != nil {
+		return 0, err
+	}
+	marks := make([]store.JobEnqueued, len(msgs))
+	for i, m := range msgs {
+		marks[i] = store.JobEnqueued{ID: m.JobID, Attempts: m.Attempt, StreamID: ids[i]}
+	}
+	if _, err := e.store.JobMarkEnqueued(ctx, marks); err != nil {
+		return len(msgs), fmt.Errorf("mark %d jobs enqueued: %w", len(marks), err)
+	}
+	return len(msgs), nil
+}
+
+// validateSubmit checks p, fills defaults from the job type and returns the type.
+func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
+	if p.JobID == "" {
+		p.JobID = NewJobID()
+	} else if !JobIDPattern.MatchString(p.JobID) {
+		return nil, invalid("job_id", "must match %s", JobIDPattern)
+	}
+	if p.Type == "" {
+		return nil, invalid("type", "is required")
+	}
+	jt := e.cfg.JobType(p.Type)
+	if jt == nil {
+		return nil, invalid("type", "unknown job type %q (known: %s)", p.Type, strings.Join(e.cfg.TypeNames(), ", "))
+	}
+	if p.Agent == "" {
+		return nil, invalid("agent", "is required")
+	}
+	if !agentPattern.MatchString(p.Agent) {
+		return nil, invalid("agent", "must match %s", agentPattern)
+	}
+	if len(p.Payload) == 0 {
+		return nil, invalid("payload", "is required (any JSON value)")
+	}
+	if int64(len(p.Payload)) > e.cfg.MaxPayloadBytes {
+		return nil, invalid("payload", "is %d bytes, over the limit of %d", len(p.Payload), e.cfg.MaxPayloadBytes)
+	}
+	if !json.Valid(p.Payload) {
+		return nil, invalid("payload", "is not valid JSON")
+	}
+	switch {
+	case p.MaxAttempts == 0:
+		p.MaxAttempts = jt.MaxAttempts
+	case p.MaxAttempts < 1 || p.MaxAttempts > MaxAttemptsLimit:
+		return nil, invalid("max_attempts", "must be in 1..%d", MaxAttemptsLimit)
+	}
+	switch {
+	case p.Timeout == 0:
+		p.Timeout = jt.Timeout
+	case p.Timeout < time.Millisecond || p.Timeout > MaxTimeout:
+		return nil, invalid("timeout", "must be between 1ms and %s", MaxTimeout)
+	}
+	return jt, nil
+}
+
+// NewJobID returns a fresh job id: "j" + 48 bits of milliseconds + 80 random bits, hex, so ids
+// sort roughly by creation time.
+func NewJobID() string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixMilli())<<16)
+	_, _ = rand.Read(b[6:])
+	return fmt.Sprintf("j%x", b[:])
+}
