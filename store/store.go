@@ -128,9 +128,9 @@ type JobUpdate struct {
 	LeaseToken  *string
 	Result      json.RawMessage // nil: unchanged
 	LastError   *string
-	StartedAt   *time.Time
-	FinishedAt  *time.Time
-	Now         time.Time // updated_at
+	StartedAt   *time.Time // a pointer to the zero time clears it (NULL), e.g. for a retry
+	FinishedAt  *time.Time // likewise
+	Now         time.Time  // updated_at
 }
 
 // JobEnqueued records that a job was published for a given attempt count. The mark applies only

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuorch/orchestrator/api"
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/db"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/logging"
+	"github.com/gpuorch/orchestrator/internal/startstop"
+	"github.com/gpuorch/orchestrator/store/mysql"
+	"github.com/gpuorch/orchestrator/streams"
+)
+
+// startupWait bounds how long serve waits for MariaDB at start before giving up.
+const startupWait = 2 * time.Minute
+
+func serveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve",
+		Short: "Run the API and the engine against MariaDB and Redis",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			log := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runServer(ctx, cfg, log, serverOptions{})
+		},
+	}
+}
+
+// serverOptions are what dev mode changes about serve.
+type serverOptions struct {
+	// allowLoopback lets unauthenticated loopback requests in as admin when no token exists.
+	allowLoopback bool
+	// ready is called once the API listens (dev mode prints its banner and starts workers). The
+	// function it returns is called at shutdown, before the API stops, and waits for what ready
+	// started to drain (workers still need the API to report their last results).
+	ready func(ctx context.Context, eng *engine.Engine, addr string) (wait func(), err error)
+}
+
+// runServer migrates, wires the engine and serves the API until ctx ends, then shuts down
+// gracefully: stop accepting, finish requests within the grace, stop the loops.
+func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts serverOptions) error {
+	log.Info("starting orchestrator", "version", versionString(), "http_addr", cfg.HTTPAddr, "node_id", cfg.NodeID)
+	if err := migrateAtStart(ctx, cfg, log); err != nil {
+		return err
+	}
+	st, err := mysql.Open(ctx, cfg.MySQLDSN, mysql.Options{})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	rdb := streams.NewRedis(cfg.RedisAddr, cfg.RedisPassword)
+	defer rdb.Close()
+	sc := streams.New(rdb, streams.Options{Prefix: cfg.RedisPrefix})
+	ensureGroups(ctx, sc, cfg, log)
+
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log})
+	disp := engine.NewDispatcher(eng, engine.DispatcherConfig{
+		Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Stagger: true,
+	})
+	if err := disp.Start(ctx); err != nil {
+		return err
+	}
+	defer disp.Stop()
+
+	tokens, err := api.LoadTokens(cfg.TokensFile, os.Getenv(api.TokensEnv))
+	if err != nil {
+		return err
+	}
+	if tokens.Len() == 0 {
+		if opts.allowLoopback {
+			log.Warn("NO API TOKENS CONFIGURED: requests from loopback are admitted as admin without a token (dev mode only)")
+		} else {
+			log.Error("no API token is configured: every request will be refused with 401; create one with " +
+				"`orchestrator token create --role admin` and add its line to the tokens file (ORCH_TOKENS_FILE)")
+		}
+	}
+	srv := api.New(api.Options{
+		Engine: eng,
+		Config: cfg,
+		Auth:   api.AuthOptions{Tokens: tokens, AllowUnauthenticatedLoopback: opts.allowLoopback},
+		Logger: log,
+	})
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	hs := api.NewHTTPServer(cfg.HTTPAddr, srv.Handler())
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	log.Info("API listening", "http_addr", ln.Addr().String())
+
+	drain := func() {}
+	if opts.ready != nil {
+		if drain, err = opts.ready(ctx, eng, ln.Addr().String()); err != nil {
+			_ = hs.Close()
+			return err
+		}
+	}
+	select {
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", cfg.ShutdownGrace)
+	drain()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown incomplete", "error", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// migrateAtStart creates the database when missing and applies pending migrations, waiting
+// (with backoff) for MariaDB to come up. golang-migrate's lock serialises concurrent starts.
+func migrateAtStart(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	deadline := time.Now().Add(startupWait)
+	delay := 500 * time.Millisecond
+	for {
+		err := db.EnsureDatabase(ctx, cfg.MySQLDSN)
+		if err == nil {
+			var v uint
+			v, _, err = db.MigrateMySQL(ctx, cfg.MySQLDSN, "up", log)
+			if err == nil {
+				log.Info("schema ready", "version", v)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("migrate at start: %w", err)
+		}
+		log.Warn("database not ready, retrying", "error", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(startstop.Jitter(delay, 0.2)):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// ensureGroups creates the consumer group of every job type. Redis being down is not fatal:
+// workers create the groups too, and the dispatcher publishes what could not be.
+func ensureGroups(ctx context.Context, sc *streams.Client, cfg *config.Config, log *slog.Logger) {
+	for _, name := range cfg.TypeNames() {
+		jt := cfg.JobTypes[name]
+		if err := sc.EnsureGroup(ctx, jt.Stream, streams.GroupName(name)); err != nil {
+			log.Warn("cannot create consumer group yet", "type", name, "error", err)
+		}
+	}
+}

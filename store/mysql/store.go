@@ -1,0 +1,223 @@
+// Package mysql is the MariaDB driver of store.Store (go-sql-driver/mysql).
+//
+// Times are written in UTC, truncated to microseconds (DATETIME(6)), and read back in UTC. MySQL
+// errors are mapped to the store's sentinels at the boundary: no row is store.ErrNotFound, a
+// duplicate key (1062) is store.ErrConflict. Deadlocks (1213) and lock wait timeouts (1205)
+// inside WithTx retry the whole transaction.
+package mysql
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Defaults of Options.
+const (
+	MaxOpenConnsDefault    = 50
+	ConnMaxLifetimeDefault = 5 * time.Minute
+	TxRetriesDefault       = 3
+)
+
+// MySQL error numbers the driver handles.
+const (
+	errDuplicateKey    = 1062
+	errNoSuchTable     = 1146
+	errLockWaitTimeout = 1205
+	errDeadlock        = 1213
+)
+
+// txBackoffBase is the first retry delay of a deadlocked transaction; it doubles per retry and
+// is jittered so that the two parties of a deadlock do not collide again.
+const txBackoffBase = 5 * time.Millisecond
+
+// Options tunes the connection pool and the transaction retries. Zero values take the defaults.
+type Options struct {
+	// MaxOpenConns caps the open connections (default MaxOpenConnsDefault).
+	MaxOpenConns int
+	// MaxIdleConns caps the idle connections kept (default: MaxOpenConns, so that a burst does
+	// not pay for reconnecting).
+	MaxIdleConns int
+	// ConnMaxLifetime recycles connections (default ConnMaxLifetimeDefault), which spreads load
+	// after a failover and stays below server-side wait_timeout.
+	ConnMaxLifetime time.Duration
+	// TxRetries is how many times WithTx reruns a transaction that hit a deadlock or a lock wait
+	// timeout (default TxRetriesDefault; negative: never).
+	TxRetries int
+}
+
+func (o Options) withDefaults() Options {
+	o.MaxOpenConns = cmp.Or(o.MaxOpenConns, MaxOpenConnsDefault)
+	o.MaxIdleConns = cmp.Or(o.MaxIdleConns, o.MaxOpenConns)
+	o.ConnMaxLifetime = cmp.Or(o.ConnMaxLifetime, ConnMaxLifetimeDefault)
+	o.TxRetries = cmp.Or(o.TxRetries, TxRetriesDefault)
+	if o.TxRetries < 0 {
+		o.TxRetries = 0
+	}
+	return o
+}
+
+// Store is the MariaDB store.Store. It is safe for concurrent use.
+type Store struct {
+	executor
+	db   *sql.DB
+	opts Options
+}
+
+var (
+	_ store.Store = (*Store)(nil)
+	_ store.Tx    = (*tx)(nil)
+)
+
+// Open connects to the database of dsn (go-sql-driver form) and checks that it answers. It
+// forces the settings the driver relies on: parseTime=true and loc=UTC (times come back as
+// UTC time.Time), time_zone='+00:00' (server-side time functions agree), clientFoundRows=true
+// (an UPDATE that matches a row but changes nothing still counts it, so a compare-and-set
+// with unchanged values is not mistaken for a conflict) and interpolateParams=true (one round
+// trip per statement instead of prepare + execute + close).
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open mysql store: parse dsn: %w", err)
+	}
+	if cfg.DBName == "" {
+		return nil, errors.New("open mysql store: the dsn names no database")
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.ClientFoundRows = true
+	cfg.InterpolateParams = true
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open mysql store: %w", err)
+	}
+	opts = opts.withDefaults()
+	sqlDB := sql.OpenDB(connector)
+	sqlDB.SetMaxOpenConns(opts.MaxOpenConns)
+	sqlDB.SetMaxIdleConns(opts.MaxIdleConns)
+	sqlDB.SetConnMaxLifetime(opts.ConnMaxLifetime)
+	if err := sqlDB.PingContext(ctx); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("open mysql store: connect to %s: %w", cfg.Addr, err)
+	}
+	return &Store{executor: executor{q: sqlDB}, db: sqlDB, opts: opts}, nil
+}
+
+// tx is the store.Tx of one open transaction. It must not be used after WithTx's fn returns.
+type tx struct {
+	executor
+}
+
+// WithTx runs fn in one transaction (REPEATABLE READ, the server default), committing when fn
+// returns nil and rolling back otherwise. A deadlock or lock wait timeout, whether from fn's
+// statements or from the commit, reruns fn from the start up to Options.TxRetries times with a
+// short jittered backoff, so fn must not have side effects outside the transaction. A panic in
+// fn rolls back and propagates.
+func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
+	for retry := 0; ; retry++ {
+		err := s.runTx(ctx, fn)
+		if err == nil || !retryable(err) || retry >= s.opts.TxRetries {
+			return err
+		}
+		d := txBackoffBase << retry
+		d += rand.N(d) // jitter: [d, 2d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
+	sqlTx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	finished := false
+	defer func() {
+		if !finished { // fn panicked: roll back, let the panic go on
+			_ = sqlTx.Rollback()
+		}
+	}()
+	err = fn(&tx{executor{q: sqlTx}})
+	finished = true
+	if err != nil {
+		_ = sqlTx.Rollback()
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
+}
+
+// retryable reports whether err is a deadlock or a lock wait timeout, after which rerunning
+// the whole transaction is expected to succeed.
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWaitTimeout)
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping mysql: %w", err)
+	}
+	return nil
+}
+
+// SchemaVersion returns the version golang-migrate recorded (0, false when no migration ever
+// ran, including when its table does not exist).
+func (s *Store) SchemaVersion(ctx context.Context) (uint, bool, error) {
+	var (
+		version int64
+		dirty   bool
+	)
+	err := s.db.QueryRowContext(ctx, "SELECT version, dirty FROM schema_migrations LIMIT 1").Scan(&version, &dirty)
+	var me *mysql.MySQLError
+	switch {
+	case errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && me.Number == errNoSuchTable:
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("read schema version: %w", err)
+	case version < 0: // golang-migrate's NilVersion (-1) after a failed first down
+		return 0, dirty, nil
+	}
+	return uint(version), dirty, nil
+}
+
+// Close releases the connections.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close mysql store: %w", err)
+	}
+	return nil
+}
+
+// mapErr translates driver errors into the store's sentinels, keeping the original in the
+// chain for logs.
+func mapErr(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == errDuplicateKey {
+		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	}
+	return err
+}
