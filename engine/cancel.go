@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -60,9 +59,6 @@ func (e *Engine) Cancel(ctx context.Context, id, actor string) (store.Job, error
 		return tx.AuditInsert(ctx, []store.AuditEvent{ev})
 	})
 	if err != nil {
-		if errors.Is(err, ErrJobTerminal) || errors.Is(err, store.ErrNotFound) {
-			return job, fmt.Errorf("cancel job %s: %w", id, err)
-		}
 		return store.Job{}, fmt.Errorf("cancel job %s: %w", id, err)
 	}
 	return job, nil

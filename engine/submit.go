@@ -28,7 +28,8 @@ const (
 // JobIDPattern is what a client-supplied job id must match.
 var JobIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
-var agentPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+// AgentPattern is what an agent name must match (tokens bind agent names too).
+var AgentPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // Submit validates p, inserts the job (pending, not enqueued) and its audit row in one
 // transaction, then publishes it to its type's stream and marks it enqueued (the outbox). A
@@ -130,8 +131,8 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if p.Agent == "" {
 		return nil, invalid("agent", "is required")
 	}
-	if !agentPattern.MatchString(p.Agent) {
-		return nil, invalid("agent", "must match %s", agentPattern)
+	if !AgentPattern.MatchString(p.Agent) {
+		return nil, invalid("agent", "must match %s", AgentPattern)
 	}
 	if len(p.Payload) == 0 {
 		return nil, invalid("payload", "is required (any JSON value)")

@@ -1,0 +1,137 @@
+package api
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// jobToWire converts a job row to its wire form. Times are shown in UTC.
+func jobToWire(j store.Job) client.Job {
+	return client.Job{
+		JobID:       j.ID,
+		Type:        j.Type,
+		Agent:       j.Agent,
+		Payload:     rawOrNil(j.Payload),
+		Status:      string(j.Status),
+		Attempts:    j.Attempts,
+		MaxAttempts: j.MaxAttempts,
+		AvailableAt: j.AvailableAt.UTC(),
+		Enqueued:    j.Enqueued,
+		StreamID:    j.StreamID,
+		OwnerPool:   j.OwnerPool,
+		WorkerID:    j.WorkerID,
+		GPUMemoryMB: j.GPUMemoryMB,
+		Timeout:     client.Duration(j.Timeout),
+		Result:      rawOrNil(j.Result),
+		LastError:   j.LastError,
+		CreatedAt:   j.CreatedAt.UTC(),
+		UpdatedAt:   j.UpdatedAt.UTC(),
+		StartedAt:   utcPtr(j.StartedAt),
+		FinishedAt:  utcPtr(j.FinishedAt),
+	}
+}
+
+// rawOrNil keeps an empty raw message out of the JSON (an empty RawMessage does not marshal).
+func rawOrNil(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// claimedToWire converts the jobs a claim took. The attempt of a claimed job is its attempt
+// count, which the claim incremented.
+func claimedToWire(jobs []store.Job) []client.ClaimedJob {
+	out := make([]client.ClaimedJob, 0, len(jobs))
+	for _, j := range jobs {
+		payload := j.Payload
+		if len(payload) == 0 {
+			payload = json.RawMessage("null")
+		}
+		out = append(out, client.ClaimedJob{
+			JobID:      j.ID,
+			Type:       j.Type,
+			Payload:    payload,
+			Attempt:    j.Attempts,
+			Timeout:    client.Duration(j.Timeout),
+			LeaseToken: j.LeaseToken,
+		})
+	}
+	return out
+}
+
+func refusalsToWire(rs []engine.Refusal) []client.ClaimRefusal {
+	out := make([]client.ClaimRefusal, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, client.ClaimRefusal{JobID: r.JobID, Reason: r.Reason})
+	}
+	return out
+}
+
+func claimItemsFromWire(items []client.ClaimItem) []engine.ClaimItem {
+	out := make([]engine.ClaimItem, 0, len(items))
+	for _, it := range items {
+		out = append(out, engine.ClaimItem{JobID: it.JobID, Stream: it.Stream, MessageID: it.MessageID})
+	}
+	return out
+}
+
+func resultsFromWire(rs []client.JobResult) []engine.Result {
+	out := make([]engine.Result, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, engine.Result{
+			JobID:        r.JobID,
+			Attempt:      r.Attempt,
+			LeaseToken:   r.LeaseToken,
+			Done:         r.Status == client.ResultDone,
+			Output:       rawOrNil(r.Result),
+			Error:        r.Error,
+			NonRetryable: r.NonRetryable,
+		})
+	}
+	return out
+}
+
+func outcomesToWire(os []engine.Outcome) []client.CompleteOutcome {
+	out := make([]client.CompleteOutcome, 0, len(os))
+	for _, o := range os {
+		out = append(out, client.CompleteOutcome{JobID: o.JobID, Outcome: o.Outcome, Status: string(o.Status)})
+	}
+	return out
+}
+
+// encodeCursor makes the opaque cursor of a listing position: base64url of
+// "<created_at unix nanoseconds>,<job_id>".
+func encodeCursor(j store.Job) string {
+	raw := strconv.FormatInt(j.CreatedAt.UnixNano(), 10) + "," + j.ID
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+// decodeCursor parses a cursor made by encodeCursor.
+func decodeCursor(s string) (*store.JobCursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, badRequest("cursor", "malformed cursor: pass next_cursor of the previous page as is")
+	}
+	ns, id, ok := strings.Cut(string(raw), ",")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || !engine.JobIDPattern.MatchString(id) {
+		return nil, badRequest("cursor", "malformed cursor: pass next_cursor of the previous page as is")
+	}
+	return &store.JobCursor{CreatedAt: time.Unix(0, n).UTC(), ID: id}, nil
+}

@@ -1,0 +1,175 @@
+package api
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"syscall"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Error codes of client.ErrorDetail.Code.
+const (
+	CodeInvalidRequest   = "invalid_request"
+	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeConflict         = "conflict"
+	CodeJobTerminal      = "job_terminal"
+	CodePayloadTooLarge  = "payload_too_large"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal"
+)
+
+// Error is an error answer decided by the API layer itself (bad input, auth). Handlers return it
+// like any other error; writeError sends it as is.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	Field   string // the offending input field of a 400
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s: %s", e.Code, e.Field, e.Message)
+	}
+	return e.Code + ": " + e.Message
+}
+
+// badRequest is a 400 naming the offending field.
+func badRequest(field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// forbidden is a 403.
+func forbidden(format string, args ...any) *Error {
+	return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: fmt.Sprintf(format, args...)}
+}
+
+// notFound is a 404.
+func notFound(format string, args ...any) *Error {
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf(format, args...)}
+}
+
+// mysqlUnavailable are server errors that say "try again later", not "your request is wrong":
+// too many connections, lock wait timeout, deadlock (after the driver's own retries), server
+// shutting down, query interrupted.
+var mysqlUnavailable = map[uint16]bool{1040: true, 1053: true, 1205: true, 1213: true, 1317: true}
+
+// ErrorStatus maps an error to its HTTP status and error code. It is the only place that decides
+// how an internal error looks to a client.
+func ErrorStatus(err error) (status int, code string) {
+	var (
+		apiErr   *Error
+		valErr   *engine.ValidationError
+		maxBytes *http.MaxBytesError
+	)
+	switch {
+	case err == nil:
+		return http.StatusOK, ""
+	case errors.As(err, &apiErr):
+		return apiErr.Status, apiErr.Code
+	case errors.As(err, &valErr):
+		return http.StatusBadRequest, CodeInvalidRequest
+	case errors.As(err, &maxBytes):
+		return http.StatusRequestEntityTooLarge, CodePayloadTooLarge
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, engine.ErrJobTerminal):
+		return http.StatusConflict, CodeJobTerminal
+	case errors.Is(err, store.ErrConflict):
+		return http.StatusConflict, CodeConflict
+	case isUnavailable(err):
+		return http.StatusServiceUnavailable, CodeUnavailable
+	}
+	return http.StatusInternalServerError, CodeInternal
+}
+
+// isUnavailable reports whether err says a dependency (MariaDB, Redis) is down or overloaded.
+func isUnavailable(err error) bool {
+	var (
+		opErr  *net.OpError
+		netErr net.Error
+		myErr  *mysql.MySQLError
+	)
+	switch {
+	case errors.As(err, &opErr),
+		errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, mysql.ErrInvalidConn),
+		errors.Is(err, redis.ErrClosed),
+		errors.Is(err, redis.ErrPoolTimeout),
+		errors.Is(err, redis.ErrPoolExhausted),
+		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE):
+		return true
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return true
+	case errors.As(err, &myErr):
+		return mysqlUnavailable[myErr.Number]
+	}
+	return false
+}
+
+// errorBody builds the JSON answer of err. Messages of 5xx answers are generic: the details
+// (addresses, SQL) go to the log, not to the client.
+func errorBody(err error, status int, code string) client.ErrorBody {
+	d := client.ErrorDetail{Code: code}
+	var (
+		apiErr *Error
+		valErr *engine.ValidationError
+	)
+	switch {
+	case errors.As(err, &apiErr):
+		d.Message, d.Field = apiErr.Message, apiErr.Field
+	case errors.As(err, &valErr):
+		d.Message, d.Field = valErr.Message, valErr.Field
+	case status == http.StatusRequestEntityTooLarge:
+		d.Message = "request body is too large"
+	case status == http.StatusServiceUnavailable:
+		d.Message = "a dependency of the orchestrator is unavailable; retry later"
+	case status == http.StatusInternalServerError:
+		d.Message = "internal error"
+	case errors.Is(err, store.ErrNotFound):
+		d.Message = "not found"
+	default:
+		// 409s: the engine's message says what clashed and carries no internals.
+		d.Message = err.Error()
+	}
+	return client.ErrorBody{Error: d}
+}
+
+// writeError answers c with err as a client.ErrorBody and aborts the handler chain. A 500 is a
+// bug and is logged at error level; a 503 is logged at warn.
+func (s *Server) writeError(c *gin.Context, err error) {
+	status, code := ErrorStatus(err)
+	route := c.FullPath()
+	switch {
+	case status == http.StatusServiceUnavailable && c.Request.Context().Err() != nil:
+		// The client went away; nobody reads the answer.
+		s.log.Debug("request cancelled", "route", route, "error", err)
+	case status == http.StatusServiceUnavailable:
+		s.log.Warn("dependency unavailable", "route", route, "error", err)
+	case status >= http.StatusInternalServerError:
+		s.log.Error("internal error", "route", route, "method", c.Request.Method, "error", err)
+	}
+	if status == http.StatusUnauthorized {
+		c.Header("WWW-Authenticate", `Bearer realm="orchestrator"`)
+	}
+	c.AbortWithStatusJSON(status, errorBody(err, status, code))
+}

@@ -1,0 +1,106 @@
+package api
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"syscall"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// timeoutErr is a net.Error that timed out (an i/o timeout of a driver connection).
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestErrorStatus(t *testing.T) {
+	t.Parallel()
+	wrap := func(err error) error { return fmt.Errorf("submit job: %w", err) }
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"APIError", badRequest("limit", "bad"), 400, CodeInvalidRequest},
+		{"Validation", wrap(&engine.ValidationError{Field: "type", Message: "unknown"}), 400, CodeInvalidRequest},
+		{"BodyTooLarge", wrap(&http.MaxBytesError{Limit: 10}), 413, CodePayloadTooLarge},
+		{"NotFound", wrap(store.ErrNotFound), 404, CodeNotFound},
+		{"Terminal", wrap(fmt.Errorf("%w: done", engine.ErrJobTerminal)), 409, CodeJobTerminal},
+		{"Conflict", wrap(store.ErrConflict), 409, CodeConflict},
+		{"DialRefused", wrap(errDown), 503, CodeUnavailable},
+		{"BadConn", wrap(driver.ErrBadConn), 503, CodeUnavailable},
+		{"InvalidConn", wrap(mysql.ErrInvalidConn), 503, CodeUnavailable},
+		{"TooManyConnections", wrap(&mysql.MySQLError{Number: 1040, Message: "Too many connections"}), 503, CodeUnavailable},
+		{"LockWaitTimeout", wrap(&mysql.MySQLError{Number: 1205}), 503, CodeUnavailable},
+		{"SQLSyntax", wrap(&mysql.MySQLError{Number: 1064}), 500, CodeInternal},
+		{"RedisPoolTimeout", wrap(redis.ErrPoolTimeout), 503, CodeUnavailable},
+		{"RedisPoolExhausted", wrap(redis.ErrPoolExhausted), 503, CodeUnavailable},
+		{"RedisClosed", wrap(redis.ErrClosed), 503, CodeUnavailable},
+		{"Deadline", wrap(context.DeadlineExceeded), 503, CodeUnavailable},
+		{"NetTimeout", wrap(timeoutErr{}), 503, CodeUnavailable},
+		{"ConnReset", wrap(syscall.ECONNRESET), 503, CodeUnavailable},
+		{"Bug", errors.New("nil map"), 500, CodeInternal},
+		{"IllegalTransition", wrap(engine.ErrIllegalTransition), 500, CodeInternal},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			status, code := ErrorStatus(c.err)
+			require.Equal(t, c.status, status)
+			require.Equal(t, c.code, code)
+		})
+	}
+}
+
+func TestWriteError(t *testing.T) {
+	t.Parallel()
+	srv := New(Options{Logger: slog.New(slog.DiscardHandler), Auth: AuthOptions{}})
+	write := func(err error) (*httptest.ResponseRecorder, client.ErrorBody) {
+		rec := httptest.NewRecorder()
+		c, _ := gin.CreateTestContext(rec)
+		c.Request = httptest.NewRequest(http.MethodGet, "/", nil)
+		srv.writeError(c, err)
+		return rec, decode[client.ErrorBody](t, rec)
+	}
+
+	t.Run("ValidationNamesField", func(t *testing.T) {
+		t.Parallel()
+		rec, body := write(fmt.Errorf("submit job: %w", &engine.ValidationError{Field: "payload", Message: "too big"}))
+		require.Equal(t, 400, rec.Code)
+		require.Equal(t, client.ErrorDetail{Code: CodeInvalidRequest, Message: "too big", Field: "payload"}, body.Error)
+	})
+	t.Run("UnavailableHidesDetails", func(t *testing.T) {
+		t.Parallel()
+		rec, body := write(fmt.Errorf("claim jobs: %w", errDown))
+		require.Equal(t, 503, rec.Code)
+		require.NotContains(t, body.Error.Message, "dial")
+	})
+	t.Run("InternalHidesDetails", func(t *testing.T) {
+		t.Parallel()
+		rec, body := write(errors.New("SELECT secret FROM x"))
+		require.Equal(t, 500, rec.Code)
+		require.Equal(t, "internal error", body.Error.Message)
+	})
+	t.Run("UnauthorizedChallenges", func(t *testing.T) {
+		t.Parallel()
+		rec, _ := write(unauthorized("no"))
+		require.Equal(t, 401, rec.Code)
+		require.Equal(t, `Bearer realm="orchestrator"`, rec.Header().Get("WWW-Authenticate"))
+	})
+}

@@ -1,0 +1,168 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
+)
+
+// MaxItemsPerCall bounds the jobs, results and in-flight ids of one worker call, so one call is
+// one bounded transaction.
+const MaxItemsPerCall = 1000
+
+var (
+	workerIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	// streamRefRE bounds the stream name and entry id a worker echoes back (only logged and audited).
+	streamRefRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{0,256}$`)
+)
+
+// claim handles POST /internal/jobs/claim.
+func (s *Server) claim(c *gin.Context) {
+	var req client.ClaimRequest
+	if err := decodeJSON(c, internalBodyBytes, &req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if err := validateClaim(req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	res, err := s.engine.Claim(c.Request.Context(), engine.ClaimParams{
+		WorkerID: req.WorkerID,
+		PoolID:   req.PoolID,
+		NodeID:   req.NodeID,
+		Items:    claimItemsFromWire(req.Jobs),
+		InFlight: req.InFlight,
+	})
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, client.ClaimResponse{
+		Claimed: claimedToWire(res.Claimed),
+		Refused: refusalsToWire(res.Refused),
+		Cancel:  res.Cancel,
+	})
+}
+
+func validateClaim(req client.ClaimRequest) error {
+	if err := validateWorker(req.WorkerID); err != nil {
+		return err
+	}
+	if req.PoolID != "" && !workerIDRE.MatchString(req.PoolID) {
+		return badRequest("pool_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	}
+	if req.NodeID != "" && !workerIDRE.MatchString(req.NodeID) {
+		return badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	}
+	if len(req.Jobs) > MaxItemsPerCall {
+		return badRequest("jobs", "at most %d per call, got %d", MaxItemsPerCall, len(req.Jobs))
+	}
+	for i, it := range req.Jobs {
+		field := fmt.Sprintf("jobs[%d]", i)
+		switch {
+		case !engine.JobIDPattern.MatchString(it.JobID):
+			return badRequest(field+".job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		case !streamRefRE.MatchString(it.Stream):
+			return badRequest(field+".stream", "must be at most 256 of A-Z a-z 0-9 . _ : -")
+		case !streamRefRE.MatchString(it.MessageID):
+			return badRequest(field+".message_id", "must be at most 256 of A-Z a-z 0-9 . _ : -")
+		}
+	}
+	return validateIDs("in_flight", req.InFlight)
+}
+
+// start handles POST /internal/jobs/start.
+func (s *Server) start(c *gin.Context) {
+	var req client.StartRequest
+	if err := decodeJSON(c, internalBodyBytes, &req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if err := validateWorker(req.WorkerID); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if err := validateIDs("job_ids", req.JobIDs); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	cancel, err := s.engine.Start(c.Request.Context(), engine.StartParams{WorkerID: req.WorkerID, JobIDs: req.JobIDs})
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, client.StartResponse{Cancel: cancel})
+}
+
+// complete handles POST /internal/jobs/complete.
+func (s *Server) complete(c *gin.Context) {
+	var req client.CompleteRequest
+	if err := decodeJSON(c, internalBodyBytes, &req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if err := validateComplete(req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	res, err := s.engine.Complete(c.Request.Context(), engine.CompleteParams{
+		WorkerID: req.WorkerID,
+		Results:  resultsFromWire(req.Results),
+		InFlight: req.InFlight,
+	})
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, client.CompleteResponse{Outcomes: outcomesToWire(res.Outcomes), Cancel: res.Cancel})
+}
+
+func validateComplete(req client.CompleteRequest) error {
+	if err := validateWorker(req.WorkerID); err != nil {
+		return err
+	}
+	if len(req.Results) > MaxItemsPerCall {
+		return badRequest("results", "at most %d per call, got %d", MaxItemsPerCall, len(req.Results))
+	}
+	for i, r := range req.Results {
+		field := fmt.Sprintf("results[%d]", i)
+		switch {
+		case !engine.JobIDPattern.MatchString(r.JobID):
+			return badRequest(field+".job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		case r.Status != client.ResultDone && r.Status != client.ResultFailed:
+			return badRequest(field+".status", "must be %q or %q", client.ResultDone, client.ResultFailed)
+		case r.Attempt < 0:
+			return badRequest(field+".attempt", "must not be negative")
+		}
+	}
+	return validateIDs("in_flight", req.InFlight)
+}
+
+func validateWorker(id string) error {
+	if id == "" {
+		return badRequest("worker_id", "is required")
+	}
+	if !workerIDRE.MatchString(id) {
+		return badRequest("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	}
+	return nil
+}
+
+// validateIDs checks a list of job ids: at most MaxItemsPerCall, each well-formed.
+func validateIDs(field string, ids []string) error {
+	if len(ids) > MaxItemsPerCall {
+		return badRequest(field, "at most %d per call, got %d", MaxItemsPerCall, len(ids))
+	}
+	for i, id := range ids {
+		if !engine.JobIDPattern.MatchString(id) {
+			return badRequest(fmt.Sprintf("%s[%d]", field, i), "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/client"
+)
+
+// claimOne claims a job over HTTP as worker w1 and returns what the worker runs.
+func (b *bundle) claimOne(t *testing.T, id string) client.ClaimedJob {
+	t.Helper()
+	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
+	rec := b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", client.ClaimRequest{
+		WorkerID: "w1", PoolID: "pool-a", NodeID: "node-1",
+		Jobs: []client.ClaimItem{{JobID: id, Stream: "noop", MessageID: job.StreamID}},
+	})
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	res := decode[client.ClaimResponse](t, rec)
+	require.Empty(t, res.Refused)
+	require.Len(t, res.Claimed, 1)
+	return res.Claimed[0]
+}
+
+func TestWorkerRoundTrip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	t.Run("Done", func(t *testing.T) {
+		t.Parallel()
+		rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", `{"type":"noop","payload":{"x":1},"timeout":60}`)
+		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+		id := decode[client.SubmitResponse](t, rec).JobID
+
+		claimed := b.claimOne(t, id)
+		require.Equal(t, id, claimed.JobID)
+		require.Equal(t, "noop", claimed.Type)
+		require.Equal(t, 1, claimed.Attempt)
+		require.Equal(t, client.Duration(60e9), claimed.Timeout)
+		require.JSONEq(t, `{"x":1}`, string(claimed.Payload))
+
+		// Claiming again is refused: the job is no longer pending.
+		rec = b.request(t, http.MethodPost, "/internal/jobs/claim", "worker",
+			client.ClaimRequest{WorkerID: "w2", Jobs: []client.ClaimItem{{JobID: id}, {JobID: "ghost"}}})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		again := decode[client.ClaimResponse](t, rec)
+		require.Empty(t, again.Claimed)
+		require.NotNil(t, again.Claimed, "[] not null")
+		require.ElementsMatch(t, []client.ClaimRefusal{
+			{JobID: id, Reason: client.ReasonNotPending}, {JobID: "ghost", Reason: client.ReasonNotFound},
+		}, again.Refused)
+
+		rec = b.request(t, http.MethodPost, "/internal/jobs/start", "worker", client.StartRequest{WorkerID: "w1", JobIDs: []string{id}})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Empty(t, decode[client.StartResponse](t, rec).Cancel)
+		require.Equal(t, "running", decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil)).Status)
+
+		rec = b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", client.CompleteRequest{
+			WorkerID: "w1",
+			Results: []client.JobResult{{JobID: id, Attempt: claimed.Attempt, LeaseToken: claimed.LeaseToken,
+				Status: client.ResultDone, Result: []byte(`{"ok":true}`)}},
+		})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, []client.CompleteOutcome{{JobID: id, Outcome: client.OutcomeDone, Status: "done"}},
+			decode[client.CompleteResponse](t, rec).Outcomes)
+
+		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil))
+		require.Equal(t, "done", job.Status)
+		require.JSONEq(t, `{"ok":true}`, string(job.Result))
+		require.NotNil(t, job.StartedAt)
+		require.NotNil(t, job.FinishedAt)
+		require.Equal(t, "w1", job.WorkerID)
+
+		// A terminal job cannot be cancelled.
+		requireError(t, b.request(t, http.MethodPost, "/jobs/"+id+"/cancel", "alice", nil), http.StatusConflict, CodeJobTerminal, "")
+	})
+	t.Run("FailedIsRetried", func(t *testing.T) {
+		t.Parallel()
+		id := b.submitJob(t, "alice")
+		claimed := b.claimOne(t, id)
+		rec := b.request(t, http.MethodPost, "/internal/jobs/complete", "admin", client.CompleteRequest{
+			WorkerID: "w1",
+			Results: []client.JobResult{{JobID: id, Attempt: claimed.Attempt, LeaseToken: claimed.LeaseToken,
+				Status: client.ResultFailed, Error: "CUDA out of memory"}},
+		})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, []client.CompleteOutcome{{JobID: id, Outcome: client.OutcomeRetry, Status: "pending"}},
+			decode[client.CompleteResponse](t, rec).Outcomes)
+		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil))
+		require.Equal(t, "CUDA out of memory", job.LastError)
+		require.Equal(t, 1, job.Attempts)
+	})
+	t.Run("CancelReachesWorker", func(t *testing.T) {
+		t.Parallel()
+		id := b.submitJob(t, "alice")
+		claimed := b.claimOne(t, id)
+		rec := b.request(t, http.MethodPost, "/jobs/"+id+"/cancel", "alice", nil)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+
+		rec = b.request(t, http.MethodPost, "/internal/jobs/start", "worker", client.StartRequest{WorkerID: "w1", JobIDs: []string{id}})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, []string{id}, decode[client.StartResponse](t, rec).Cancel)
+
+		rec = b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", client.CompleteRequest{
+			WorkerID: "w1",
+			Results:  []client.JobResult{{JobID: id, Attempt: claimed.Attempt, Status: client.ResultDone}},
+		})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, []client.CompleteOutcome{{JobID: id, Outcome: client.OutcomeStale, Status: "cancelled"}},
+			decode[client.CompleteResponse](t, rec).Outcomes)
+	})
+}
+
+func TestWorkerBadInput(t *testing.T) {
+	t.Parallel()
+	b := setupDown(t)
+	ids := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf(`"j%d"`, i)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	items := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf(`{"job_id":"j%d"}`, i)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	cases := []struct{ name, path, body, field string }{
+		{"ClaimNoWorker", "claim", `{"jobs":[]}`, "worker_id"},
+		{"ClaimBadWorker", "claim", `{"worker_id":"w 1","jobs":[]}`, "worker_id"},
+		{"ClaimLongWorker", "claim", `{"worker_id":"` + strings.Repeat("w", 129) + `","jobs":[]}`, "worker_id"},
+		{"ClaimBadPool", "claim", `{"worker_id":"w1","pool_id":"p/1","jobs":[]}`, "pool_id"},
+		{"ClaimTooMany", "claim", `{"worker_id":"w1","jobs":` + items(MaxItemsPerCall+1) + `}`, "jobs"},
+		{"ClaimBadJobID", "claim", `{"worker_id":"w1","jobs":[{"job_id":"ok"},{"job_id":""}]}`, "jobs[1].job_id"},
+		{"ClaimBadMessageID", "claim", `{"worker_id":"w1","jobs":[{"job_id":"ok","message_id":"1 2"}]}`, "jobs[0].message_id"},
+		{"ClaimBadInFlight", "claim", `{"worker_id":"w1","jobs":[],"in_flight":["a","b c"]}`, "in_flight[1]"},
+		{"ClaimUnknownField", "claim", `{"worker_id":"w1","jobs":[],"lease":1}`, "lease"},
+		{"StartNoWorker", "start", `{"job_ids":["a"]}`, "worker_id"},
+		{"StartTooMany", "start", `{"worker_id":"w1","job_ids":` + ids(MaxItemsPerCall+1) + `}`, "job_ids"},
+		{"StartBadJobID", "start", `{"worker_id":"w1","job_ids":["a","%"]}`, "job_ids[1]"},
+		{"CompleteNoWorker", "complete", `{"results":[]}`, "worker_id"},
+		{"CompleteBadStatus", "complete", `{"worker_id":"w1","results":[{"job_id":"a","status":"ok"}]}`, "results[0].status"},
+		{"CompleteNoStatus", "complete", `{"worker_id":"w1","results":[{"job_id":"a"}]}`, "results[0].status"},
+		{"CompleteBadJobID", "complete", `{"worker_id":"w1","results":[{"job_id":"","status":"done"}]}`, "results[0].job_id"},
+		{"CompleteNegativeAttempt", "complete", `{"worker_id":"w1","results":[{"job_id":"a","status":"done","attempt":-1}]}`, "results[0].attempt"},
+		{"CompleteTooManyInFlight", "complete", `{"worker_id":"w1","results":[],"in_flight":` + ids(MaxItemsPerCall+1) + `}`, "in_flight"},
+		{"CompleteTrailingData", "complete", `{"worker_id":"w1","results":[]} {}`, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rec := b.request(t, http.MethodPost, "/internal/jobs/"+c.path, "worker", c.body)
+			requireError(t, rec, http.StatusBadRequest, CodeInvalidRequest, c.field)
+		})
+	}
+	t.Run("AtTheLimitReachesTheEngine", func(t *testing.T) {
+		t.Parallel()
+		rec := b.request(t, http.MethodPost, "/internal/jobs/start", "worker", `{"worker_id":"w1","job_ids":`+ids(MaxItemsPerCall)+`}`)
+		requireError(t, rec, http.StatusServiceUnavailable, CodeUnavailable, "")
+	})
+}

@@ -1,0 +1,217 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Listing page sizes of GET /jobs.
+const (
+	ListLimitDefault = 50
+	ListLimitMax     = 500
+)
+
+// submitBody is client.SubmitRequest with the timeout kept raw, so that a malformed timeout is a
+// 400 naming the field (the decoder drops the field name of a custom unmarshaler's error). A test
+// keeps its JSON fields equal to the wire type's.
+type submitBody struct {
+	JobID       string          `json:"job_id"`
+	Type        string          `json:"type"`
+	Agent       string          `json:"agent"`
+	Payload     json.RawMessage `json:"payload"`
+	MaxAttempts *int            `json:"max_attempts"`
+	Timeout     json.RawMessage `json:"timeout"`
+}
+
+// submit handles POST /jobs/submit: 202 for a new job, 200 for a job_id that exists already.
+func (s *Server) submit(c *gin.Context) {
+	id := mustIdentity(c)
+	var body submitBody
+	if err := decodeJSON(c, s.cfg.MaxPayloadBytes+submitEnvelopeBytes, &body); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	p, err := s.submitParams(id, body)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	job, created, err := s.engine.Submit(c.Request.Context(), p)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusAccepted
+	}
+	c.JSON(status, client.SubmitResponse{JobID: job.ID, Status: string(job.Status), Created: created})
+}
+
+// submitParams checks a submit body and binds it to the caller: an agent token submits for its
+// own agent only (filled in when the body names none); an admin names the agent.
+func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, error) {
+	if id.Role == RoleAgent {
+		switch b.Agent {
+		case "":
+			b.Agent = id.Agent
+		case id.Agent:
+		default:
+			return engine.SubmitParams{}, forbidden("this token submits for agent %q only", id.Agent)
+		}
+	}
+	p := engine.SubmitParams{JobID: b.JobID, Type: b.Type, Agent: b.Agent, Payload: b.Payload, Actor: id.Actor()}
+	switch {
+	case p.JobID != "" && !engine.JobIDPattern.MatchString(p.JobID):
+		return p, badRequest("job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	case p.Type == "":
+		return p, badRequest("type", "is required")
+	case s.cfg.JobType(p.Type) == nil:
+		return p, badRequest("type", "unknown job type %q", p.Type)
+	case p.Agent == "":
+		return p, badRequest("agent", "is required")
+	case !engine.AgentPattern.MatchString(p.Agent):
+		return p, badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	case len(p.Payload) == 0:
+		return p, badRequest("payload", "is required (any JSON value, null included)")
+	case int64(len(p.Payload)) > s.cfg.MaxPayloadBytes:
+		return p, badRequest("payload", "is %d bytes, over the limit of %d", len(p.Payload), s.cfg.MaxPayloadBytes)
+	}
+	if b.MaxAttempts != nil {
+		if *b.MaxAttempts < 1 || *b.MaxAttempts > engine.MaxAttemptsLimit {
+			return p, badRequest("max_attempts", "must be in 1..%d", engine.MaxAttemptsLimit)
+		}
+		p.MaxAttempts = *b.MaxAttempts
+	}
+	if len(b.Timeout) > 0 && string(b.Timeout) != "null" {
+		var d client.Duration
+		if err := d.UnmarshalJSON(b.Timeout); err != nil {
+			return p, badRequest("timeout", "%s", err.Error())
+		}
+		if d <= 0 || time.Duration(d) > engine.MaxTimeout {
+			return p, badRequest("timeout", "must be positive and at most %s", engine.MaxTimeout)
+		}
+		p.Timeout = time.Duration(d)
+	}
+	return p, nil
+}
+
+// getJob handles GET /jobs/:id. An agent sees only its own agent's jobs: another agent's job is
+// a 404, so ids of other agents cannot be probed.
+func (s *Server) getJob(c *gin.Context) {
+	job, err := s.visibleJob(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, jobToWire(job))
+}
+
+// visibleJob loads the job of the :id path parameter if the caller may see it.
+func (s *Server) visibleJob(c *gin.Context) (store.Job, error) {
+	jobID := c.Param("id")
+	if !engine.JobIDPattern.MatchString(jobID) {
+		return store.Job{}, notFound("no job %q", jobID)
+	}
+	job, err := s.engine.Get(c.Request.Context(), jobID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Job{}, notFound("no job %q", jobID)
+	}
+	if err != nil {
+		return store.Job{}, err
+	}
+	if scope := agentScope(mustIdentity(c)); scope != "" && job.Agent != scope {
+		return store.Job{}, notFound("no job %q", jobID)
+	}
+	return job, nil
+}
+
+// cancelJob handles POST /jobs/:id/cancel: 200 with the cancelled job, 409 when it is terminal.
+func (s *Server) cancelJob(c *gin.Context) {
+	job, err := s.visibleJob(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	job, err = s.engine.Cancel(c.Request.Context(), job.ID, mustIdentity(c).Actor())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, jobToWire(job))
+}
+
+// listJobs handles GET /jobs?status=&type=&agent=&limit=&cursor=, newest first. An agent token
+// lists its own agent's jobs only.
+func (s *Server) listJobs(c *gin.Context) {
+	p, err := listParams(c, mustIdentity(c))
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	limit := p.Limit
+	p.Limit++ // one more than asked tells whether another page follows
+	jobs, err := s.engine.List(c.Request.Context(), p)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out := client.JobList{Jobs: make([]client.Job, 0, min(len(jobs), limit))}
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		out.NextCursor = encodeCursor(jobs[limit-1])
+	}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, jobToWire(j))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// listParams parses and checks the query of GET /jobs.
+func listParams(c *gin.Context, id Identity) (store.JobListParams, error) {
+	p := store.JobListParams{
+		Status: store.JobStatus(c.Query("status")),
+		Type:   c.Query("type"),
+		Agent:  c.Query("agent"),
+		Limit:  ListLimitDefault,
+	}
+	if p.Status != "" && !p.Status.Valid() {
+		return p, badRequest("status", "unknown status %q", p.Status)
+	}
+	if len(p.Type) > 128 {
+		return p, badRequest("type", "is longer than 128 bytes")
+	}
+	if scope := agentScope(id); scope != "" {
+		if p.Agent != "" && p.Agent != scope {
+			return p, forbidden("this token lists the jobs of agent %q only", scope)
+		}
+		p.Agent = scope
+	}
+	if p.Agent != "" && !engine.AgentPattern.MatchString(p.Agent) {
+		return p, badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > ListLimitMax {
+			return p, badRequest("limit", "must be an integer in 1..%d", ListLimitMax)
+		}
+		p.Limit = n
+	}
+	if v := c.Query("cursor"); v != "" {
+		cur, err := decodeCursor(v)
+		if err != nil {
+			return p, err
+		}
+		p.After = cur
+	}
+	return p, nil
+}

@@ -1,0 +1,165 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+func TestSubmitIsIdempotentOnJobID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := client.SubmitRequest{JobID: "job-1", Type: "noop", Agent: "alice", Payload: []byte(`{"n":1}`)}
+
+	rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", body)
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	first := decode[client.SubmitResponse](t, rec)
+	require.Equal(t, client.SubmitResponse{JobID: "job-1", Status: "pending", Created: true}, first)
+
+	body.Payload = []byte(`{"n":2}`) // a repeat returns the existing job, whatever it carries
+	rec = b.request(t, http.MethodPost, "/jobs/submit", "alice", body)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, client.SubmitResponse{JobID: "job-1", Status: "pending", Created: false}, decode[client.SubmitResponse](t, rec))
+	require.Equal(t, 1, b.countJobs(t, "alice"))
+
+	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/job-1", "alice", nil))
+	require.JSONEq(t, `{"n":1}`, string(job.Payload))
+	require.Equal(t, "noop", job.Type)
+	require.Equal(t, "pending", job.Status)
+	require.True(t, job.Enqueued, "published to the stream after the commit")
+	require.NotEmpty(t, job.StreamID)
+	require.Equal(t, 3, job.MaxAttempts, "the type's default")
+
+	t.Run("OtherAgentsJobIDIsAConflict", func(t *testing.T) {
+		t.Parallel()
+		rec := b.request(t, http.MethodPost, "/jobs/submit", "bob",
+			client.SubmitRequest{JobID: "job-1", Type: "noop", Payload: []byte(`{}`)})
+		requireError(t, rec, http.StatusConflict, CodeConflict, "")
+		require.Zero(t, b.countJobs(t, "bob"))
+	})
+}
+
+func TestGetJobNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	requireError(t, b.request(t, http.MethodGet, "/jobs/nope", "admin", nil), http.StatusNotFound, CodeNotFound, "")
+	requireError(t, b.request(t, http.MethodGet, "/jobs/bad%20id", "admin", nil), http.StatusNotFound, CodeNotFound, "")
+	requireError(t, b.request(t, http.MethodPost, "/jobs/nope/cancel", "admin", nil), http.StatusNotFound, CodeNotFound, "")
+}
+
+func TestListJobsPaginates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	want := map[string]bool{}
+	for range 7 {
+		want[b.submitJob(t, "alice")] = true
+	}
+	b.submitJob(t, "bob")
+
+	var (
+		seen   []client.Job
+		cursor string
+		pages  int
+	)
+	for {
+		q := url.Values{"agent": {"alice"}, "limit": {"3"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		rec := b.request(t, http.MethodGet, "/jobs?"+q.Encode(), "admin", nil)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		page := decode[client.JobList](t, rec)
+		require.LessOrEqual(t, len(page.Jobs), 3)
+		seen = append(seen, page.Jobs...)
+		pages++
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+		require.Less(t, pages, 10, "the cursor must make progress")
+	}
+	require.Equal(t, 3, pages)
+	require.Len(t, seen, 7)
+	for i, j := range seen {
+		require.True(t, want[j.JobID], "job %s is not alice's", j.JobID)
+		delete(want, j.JobID)
+		if i > 0 {
+			prev := seen[i-1]
+			require.False(t, j.CreatedAt.After(prev.CreatedAt), "newest first")
+		}
+	}
+
+	t.Run("Filters", func(t *testing.T) {
+		t.Parallel()
+		list := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?status=pending&type=noop", "bob", nil))
+		require.Len(t, list.Jobs, 1, "an agent token lists its own jobs only")
+		list = decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?status=done", "admin", nil))
+		require.Empty(t, list.Jobs)
+		require.NotNil(t, list.Jobs, "an empty page is [] not null")
+		list = decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?limit=2", "admin", nil))
+		require.Len(t, list.Jobs, 2)
+		require.NotEmpty(t, list.NextCursor)
+	})
+	t.Run("ExactPageHasNoCursor", func(t *testing.T) {
+		t.Parallel()
+		list := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=alice&limit=7", "admin", nil))
+		require.Len(t, list.Jobs, 7)
+		require.Empty(t, list.NextCursor)
+	})
+}
+
+func TestListJobsBadQuery(t *testing.T) {
+	t.Parallel()
+	b := setupDown(t)
+	for _, c := range []struct{ name, query, field string }{
+		{"UnknownStatus", "status=finished", "status"},
+		{"LimitZero", "limit=0", "limit"},
+		{"LimitHuge", fmt.Sprintf("limit=%d", ListLimitMax+1), "limit"},
+		{"LimitNotANumber", "limit=ten", "limit"},
+		{"CursorNotBase64", "cursor=***", "cursor"},
+		{"CursorNotOurs", "cursor=" + url.QueryEscape("aGVsbG8"), "cursor"},
+		{"BadAgent", "agent=a%20b", "agent"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			requireError(t, b.request(t, http.MethodGet, "/jobs?"+c.query, "admin", nil), http.StatusBadRequest, CodeInvalidRequest, c.field)
+		})
+	}
+}
+
+func TestCancelJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submitJob(t, "alice")
+
+	rec := b.request(t, http.MethodPost, "/jobs/"+id+"/cancel", "alice", nil)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	job := decode[client.Job](t, rec)
+	require.Equal(t, "cancelled", job.Status)
+	require.NotNil(t, job.FinishedAt)
+
+	rec = b.request(t, http.MethodPost, "/jobs/"+id+"/cancel", "admin", nil)
+	requireError(t, rec, http.StatusConflict, CodeJobTerminal, "")
+
+	got := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
+	require.Equal(t, "cancelled", got.Status)
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2025, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	cur, err := decodeCursor(encodeCursor(store.Job{ID: "j:1.a-b_c", CreatedAt: at.In(time.FixedZone("x", 3600))}))
+	require.NoError(t, err)
+	require.Equal(t, &store.JobCursor{CreatedAt: at, ID: "j:1.a-b_c"}, cur)
+	for _, bad := range []string{"", "!!", "MTIz", "eCxqb2I"} { // "", junk, "123", "x,job"
+		_, err := decodeCursor(bad)
+		require.Error(t, err, bad)
+	}
+}

@@ -1,0 +1,169 @@
+// Package api is the orchestrator's HTTP API: the gin router, the handlers, bearer-token auth,
+// strict input decoding and the mapping of errors to JSON answers (client.ErrorBody).
+//
+// Handlers are thin: they authenticate, decode and check the input, convert between the wire
+// types of package client and the engine's types, and call the engine. Every decision about
+// job state lives in the engine.
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/engine"
+)
+
+// HTTP server limits (NewHTTPServer).
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 30 * time.Second
+	// WriteTimeout bounds a whole answer; the SSE feed will need its own exemption.
+	WriteTimeout   = 60 * time.Second
+	IdleTimeout    = 120 * time.Second
+	MaxHeaderBytes = 64 << 10
+)
+
+// Options configure New.
+type Options struct {
+	// Engine runs the job lifecycle. Required.
+	Engine *engine.Engine
+	// Config is the configuration (default: the engine's).
+	Config *config.Config
+	// Auth configures bearer-token authentication.
+	Auth AuthOptions
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Ready overrides the readiness checks of /readyz: it returns one entry per dependency, nil
+	// when that dependency is fine. Default: MariaDB ping, applied migrations, Redis ping.
+	Ready func(ctx context.Context) map[string]error
+}
+
+// Server is the HTTP API. It is safe for concurrent use.
+type Server struct {
+	engine  *engine.Engine
+	cfg     *config.Config
+	auth    AuthOptions
+	log     *slog.Logger
+	ready   func(ctx context.Context) map[string]error
+	handler *gin.Engine
+}
+
+var releaseMode sync.Once
+
+// New builds the API server and its routes.
+func New(opts Options) *Server {
+	releaseMode.Do(func() { gin.SetMode(gin.ReleaseMode) })
+	s := &Server{
+		engine: opts.Engine,
+		cfg:    opts.Config,
+		auth:   opts.Auth,
+		log:    cmp.Or(opts.Logger, slog.Default()).With("component", "api"),
+		ready:  opts.Ready,
+	}
+	if s.cfg == nil && s.engine != nil {
+		s.cfg = s.engine.Config()
+	}
+	if s.ready == nil {
+		s.ready = s.checkDependencies
+	}
+	s.handler = s.routes()
+	return s
+}
+
+// Handler returns the HTTP handler of the API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// NewHTTPServer returns an http.Server for h with the timeouts and header limit the API wants:
+// a slow or stuck client cannot hold a connection forever.
+func NewHTTPServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+	}
+}
+
+func (s *Server) routes() *gin.Engine {
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.Use(s.recovery, s.logRequests)
+	r.NoRoute(func(c *gin.Context) {
+		s.writeError(c, notFound("no route %s %s", c.Request.Method, c.Request.URL.Path))
+	})
+	r.NoMethod(func(c *gin.Context) {
+		s.writeError(c, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
+			Message: fmt.Sprintf("method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path)})
+	})
+
+	r.GET("/healthz", s.healthz)
+	r.GET("/readyz", s.readyz)
+	r.GET("/metrics", gin.WrapH(promhttp.Handler()))
+
+	agents := s.requireRole(RoleAgent, RoleAdmin)
+	r.POST("/jobs/submit", agents, s.submit)
+	r.GET("/jobs", agents, s.listJobs)
+	r.GET("/jobs/:id", agents, s.getJob)
+	r.POST("/jobs/:id/cancel", agents, s.cancelJob)
+
+	workers := r.Group("/internal", s.requireRole(RoleWorker, RoleAdmin))
+	workers.POST("/jobs/claim", s.claim)
+	workers.POST("/jobs/start", s.start)
+	workers.POST("/jobs/complete", s.complete)
+	return r
+}
+
+// recovery turns a handler panic into a logged error and a JSON 500, keeping the process up.
+func (s *Server) recovery(c *gin.Context) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+			panic(v) // the standard "abort this response" signal; net/http handles it
+		}
+		s.log.Error("handler panicked", "route", c.FullPath(), "method", c.Request.Method,
+			"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		if c.Writer.Written() {
+			c.Abort()
+			return
+		}
+		c.AbortWithStatusJSON(http.StatusInternalServerError, errorBody(errors.New("panic"), http.StatusInternalServerError, CodeInternal))
+	}()
+	c.Next()
+}
+
+// logRequests logs every request at debug level: route, status, duration. Never headers (the
+// Authorization token) nor bodies (payloads).
+func (s *Server) logRequests(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	if !s.log.Enabled(c.Request.Context(), slog.LevelDebug) {
+		return
+	}
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	attrs := []any{"method", c.Request.Method, "route", route, "status", c.Writer.Status(),
+		"duration", time.Since(start)}
+	if id, ok := IdentityFrom(c); ok {
+		attrs = append(attrs, "role", id.Role, "token_id", id.TokenID)
+	}
+	s.log.Debug("request", attrs...)
+}

@@ -1,0 +1,193 @@
+package api
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/gpuorch/orchestrator/engine"
+)
+
+// Role is what a bearer token may do.
+type Role string
+
+// Roles. An agent submits and watches its own jobs; a worker claims and completes jobs; an admin
+// may do everything.
+const (
+	RoleAgent  Role = "agent"
+	RoleWorker Role = "worker"
+	RoleAdmin  Role = "admin"
+)
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return r == RoleAgent || r == RoleWorker || r == RoleAdmin }
+
+// TokenPrefix starts every generated token, so a leaked one is easy to recognise (secret scanners).
+const TokenPrefix = "orch_"
+
+// TokensEnv is the environment variable holding token records separated by ";" (for containers,
+// where mounting a file is awkward).
+const TokensEnv = "ORCH_API_TOKENS"
+
+var hashRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// TokenRecord is one configured token: only its SHA-256 is kept, never the token itself.
+type TokenRecord struct {
+	// Hash is the lower-case hex SHA-256 of the token.
+	Hash string
+	Role Role
+	// Agent is the agent the token speaks for (role agent only).
+	Agent string
+}
+
+// ID is the short, loggable id of the token: the first 8 hex digits of its hash.
+func (r TokenRecord) ID() string { return r.Hash[:8] }
+
+// Line is the record in tokens-file form: "<sha256hex> <role> [agent=<name>]".
+func (r TokenRecord) Line() string {
+	if r.Role == RoleAgent {
+		return fmt.Sprintf("%s %s agent=%s", r.Hash, r.Role, r.Agent)
+	}
+	return fmt.Sprintf("%s %s", r.Hash, r.Role)
+}
+
+// Tokens is the set of configured tokens, by hash. The zero value and nil hold no token.
+type Tokens struct {
+	byHash map[string]TokenRecord
+}
+
+// Len returns how many tokens are configured.
+func (t *Tokens) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.byHash)
+}
+
+// Lookup returns the record of a presented token. The map lookup is by hash (which leaks nothing
+// about the token); the final comparison is constant-time all the same.
+func (t *Tokens) Lookup(token string) (TokenRecord, bool) {
+	if t.Len() == 0 || token == "" {
+		return TokenRecord{}, false
+	}
+	h := HashToken(token)
+	rec, ok := t.byHash[h]
+	if !ok || subtle.ConstantTimeCompare([]byte(rec.Hash), []byte(h)) != 1 {
+		return TokenRecord{}, false
+	}
+	return rec, true
+}
+
+// HashToken returns the lower-case hex SHA-256 of a token, as stored in the tokens file.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// GenerateToken makes a new token for role (and agent, for role agent): "orch_" + 32 random bytes
+// in base64url. line is its tokens-file record; the token itself is shown once and never stored.
+func GenerateToken(role, agent string) (token, line string, err error) {
+	rec := TokenRecord{Role: Role(role), Agent: agent}
+	if err := rec.validate(); err != nil {
+		return "", "", fmt.Errorf("generate token: %w", err)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", fmt.Errorf("generate token: %w", err)
+	}
+	token = TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	rec.Hash = HashToken(token)
+	return token, rec.Line(), nil
+}
+
+// LoadTokens reads the tokens file at path (skipped when empty) and the records in env (the value
+// of ORCH_API_TOKENS, records separated by ";"). A malformed record fails the whole load, naming
+// its line (or its position in env). The same hash configured twice is an error.
+func LoadTokens(path, env string) (*Tokens, error) {
+	t := &Tokens{byHash: map[string]TokenRecord{}}
+	if path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("load tokens: %w", err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for n := 1; sc.Scan(); n++ {
+			if err := t.addLine(sc.Text()); err != nil {
+				return nil, fmt.Errorf("load tokens: %s:%d: %w", path, n, err)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, fmt.Errorf("load tokens: read %s: %w", path, err)
+		}
+	}
+	if env != "" {
+		for n, rec := range strings.Split(env, ";") {
+			if err := t.addLine(rec); err != nil {
+				return nil, fmt.Errorf("load tokens: %s record %d: %w", TokensEnv, n+1, err)
+			}
+		}
+	}
+	return t, nil
+}
+
+// addLine parses one record; blank lines and # comments are skipped.
+func (t *Tokens) addLine(line string) error {
+	if i := strings.IndexByte(line, '#'); i >= 0 {
+		line = line[:i]
+	}
+	fields := strings.Fields(line)
+	if len(fields) == 0 {
+		return nil
+	}
+	if len(fields) > 3 {
+		return fmt.Errorf("want \"<sha256hex> <role> [agent=<name>]\", got %d fields", len(fields))
+	}
+	rec := TokenRecord{Hash: strings.ToLower(fields[0])}
+	if len(fields) > 1 {
+		rec.Role = Role(fields[1])
+	}
+	if len(fields) == 3 {
+		name, ok := strings.CutPrefix(fields[2], "agent=")
+		if !ok {
+			return fmt.Errorf("third field %q: want agent=<name>", fields[2])
+		}
+		rec.Agent = name
+	}
+	if !hashRE.MatchString(rec.Hash) {
+		return errors.New("first field must be the 64 hex digits of the token's SHA-256 (not the token)")
+	}
+	if err := rec.validate(); err != nil {
+		return err
+	}
+	if _, dup := t.byHash[rec.Hash]; dup {
+		return fmt.Errorf("token %s is configured twice", rec.ID())
+	}
+	t.byHash[rec.Hash] = rec
+	return nil
+}
+
+// validate checks the role and the agent binding (everything but the hash).
+func (r TokenRecord) validate() error {
+	switch {
+	case r.Role == "":
+		return errors.New("missing role: want agent, worker or admin")
+	case !r.Role.Valid():
+		return fmt.Errorf("role %q: want agent, worker or admin", r.Role)
+	case r.Role == RoleAgent && r.Agent == "":
+		return errors.New("role agent needs agent=<name>")
+	case r.Role == RoleAgent && !engine.AgentPattern.MatchString(r.Agent):
+		return fmt.Errorf("agent %q: want 1 to 128 of A-Z a-z 0-9 . _ : -", r.Agent)
+	case r.Role != RoleAgent && r.Agent != "":
+		return fmt.Errorf("agent= is only for role agent, not %s", r.Role)
+	}
+	return nil
+}
