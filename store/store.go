@@ -162,8 +162,15 @@ type AuditListParams struct {
 }
 
 // Executor is every operation of the store. A Store runs them directly (each in its own implicit
-// transaction); a Tx runs them inside one transaction.
+// transaction); a Tx runs them inside one transaction. Each area of the data model has its own
+// interface (and file); Executor is their union.
 type Executor interface {
+	JobExecutor
+	AuditExecutor
+}
+
+// JobExecutor is the operations on orchestrator_jobs.
+type JobExecutor interface {
 	// JobInsert inserts a new pending job. When a job with the same ID exists it returns that job
 	// and inserted=false, writing nothing.
 	JobInsert(ctx context.Context, p JobInsertParams) (job Job, inserted bool, err error)
@@ -182,6 +189,10 @@ type Executor interface {
 	// JobMarkEnqueued sets enqueued=1 and stream_id for each entry that still matches (pending,
 	// not enqueued, same attempts); it returns how many rows changed.
 	JobMarkEnqueued(ctx context.Context, marks []JobEnqueued) (int, error)
+}
+
+// AuditExecutor is the operations on orchestrator_audit.
+type AuditExecutor interface {
 	// AuditInsert appends audit rows (one multi-row insert).
 	AuditInsert(ctx context.Context, events []AuditEvent) error
 	// AuditList returns audit rows with id > AfterID, oldest first.
