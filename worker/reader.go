@@ -1,0 +1,173 @@
+package worker
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/streams"
+)
+
+func streamsGroup(t *config.JobType) string { return streams.GroupName(t.Name) }
+
+// read is the reader of one job type: it takes free slots, reads at most that many entries of
+// the type's group, and claims them. It returns when ctx (Run's) ends. readCtx carries the Redis
+// calls, which are let to finish so no entry is delivered to a reader that has gone.
+//
+// The count grows with the backlog (double what the last read got) and drops to one when the
+// stream is idle, so an idle type holds a single slot while it blocks and the busy types keep
+// the rest.
+func (w *Worker) read(ctx, readCtx context.Context, t *config.JobType) {
+	defer w.readers.Done()
+	log := w.log.With("job_type", t.Name, "stream", t.Stream)
+	want, fails := 1, 0
+	for ctx.Err() == nil {
+		n, err := w.slots.acquire(ctx, min(want, w.cfg.Batch))
+		if err != nil {
+			return
+		}
+		ds, err := w.cfg.Streams.Read(readCtx, streams.ReadParams{
+			Group:    streamsGroup(t),
+			Consumer: w.cfg.WorkerID,
+			Streams:  []string{t.Stream},
+			Count:    n,
+			Block:    w.cfg.Block,
+		})
+		w.slots.release(n - len(ds))
+		if err != nil {
+			fails++
+			log.Warn("read stream failed", "error", err, "tries", fails)
+			if strings.Contains(err.Error(), "NOGROUP") {
+				// The stream or group was deleted (e.g. by an operator): make it again.
+				if gerr := w.cfg.Streams.EnsureGroup(readCtx, t.Stream, streamsGroup(t)); gerr != nil {
+					log.Warn("recreate consumer group failed", "error", gerr)
+				}
+			}
+			_ = sleepCtx(ctx, backoff(fails-1, w.cfg.RetryMin, w.cfg.RetryMax))
+			continue
+		}
+		fails = 0
+		want = max(1, 2*len(ds))
+		if len(ds) > 0 && w.claim(ctx, t, ds) {
+			_ = sleepCtx(ctx, w.cfg.RetryLaterDelay/2+jitter(w.cfg.RetryLaterDelay))
+		}
+	}
+}
+
+// claim claims the entries in one API call and starts the claimed jobs. The entries hold one
+// slot each, which claim hands over to the jobs or gives back. It reports whether the API
+// answered retry_later for some entry, so the reader backs off.
+func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Delivery) (retryLater bool) {
+	byJob := map[string][]streams.Delivery{}
+	var items []client.ClaimItem
+	var drop []streams.Delivery
+	for _, d := range ds {
+		if d.JobID == "" {
+			drop = append(drop, d) // not an entry of ours: nothing to claim, ever
+			continue
+		}
+		if _, dup := byJob[d.JobID]; !dup {
+			items = append(items, client.ClaimItem{JobID: d.JobID, Stream: d.Stream, MessageID: d.ID})
+		}
+		// Duplicate entries of one job ride along and are acked with it.
+		byJob[d.JobID] = append(byJob[d.JobID], d)
+	}
+	if len(drop) > 0 {
+		w.log.Warn("dropping stream entries without a job_id", "stream", t.Stream, "count", len(drop))
+	}
+	var resp client.ClaimResponse
+	if len(items) > 0 {
+		req := client.ClaimRequest{
+			WorkerID: w.cfg.WorkerID, PoolID: w.cfg.PoolID, NodeID: w.cfg.NodeID,
+			Jobs: items, InFlight: w.runningIDs(),
+		}
+		err := w.retry(ctx, "claim jobs", isRefusedBatch, func(context.Context) error {
+			var err error
+			// The call itself must not be cut by shutdown: a claim the API made but whose
+			// answer was lost leaves jobs waiting for their lease to expire.
+			resp, err = w.cfg.API.Claim(context.WithoutCancel(ctx), req)
+			return err
+		})
+		if err != nil {
+			// Shutting down, or the API refuses the batch itself: leave the entries pending;
+			// the reclaimer resolves them against the job rows.
+			w.log.Warn("claim abandoned; entries left to the reclaimer", "error", err, "count", len(ds))
+			w.slots.release(len(ds))
+			w.ack(drop)
+			return ctx.Err() == nil
+		}
+	}
+	w.cancelJobs(resp.Cancel)
+	claimed := map[string]bool{}
+	for _, cj := range resp.Claimed {
+		mine := byJob[cj.JobID]
+		if len(mine) == 0 || claimed[cj.JobID] {
+			w.log.Error("claim answer names a job not asked for", "job_id", cj.JobID)
+			continue
+		}
+		claimed[cj.JobID] = true
+		w.startJob(t, cj, mine)
+	}
+	for _, rf := range resp.Refused {
+		mine := byJob[rf.JobID]
+		if len(mine) == 0 || claimed[rf.JobID] {
+			continue
+		}
+		claimed[rf.JobID] = true // settled
+		w.slots.release(len(mine))
+		if rf.Reason == client.ReasonRetryLater {
+			retryLater = true
+			w.log.Debug("claim refused for now; entry left for later delivery", "job_id", rf.JobID)
+			continue
+		}
+		w.log.Debug("claim refused; dropping entry", "job_id", rf.JobID, "reason", rf.Reason)
+		drop = append(drop, mine...)
+	}
+	for id, mine := range byJob {
+		if !claimed[id] {
+			w.log.Warn("claim answer does not mention a job; entry left to the reclaimer", "job_id", id)
+			w.slots.release(len(mine))
+		}
+	}
+	w.slots.release(countEmpty(ds))
+	w.ack(drop)
+	return retryLater
+}
+
+// isRefusedBatch reports a claim answer that repeating the batch cannot change (a 4xx other
+// than an auth failure, e.g. an entry with a malformed job id): retrying it would stall the
+// reader on one poison entry. Auth failures are retried, holding the batch, rather than pulling
+// in more entries that cannot be claimed either.
+func isRefusedBatch(err error) bool {
+	return isPermanentAPIError(err) && !client.IsStatus(err, http.StatusUnauthorized) &&
+		!client.IsStatus(err, http.StatusForbidden)
+}
+
+func countEmpty(ds []streams.Delivery) int {
+	n := 0
+	for _, d := range ds {
+		if d.JobID == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// ack acknowledges entries in one pipeline, retrying a few times: an entry left unacked is not
+// lost, the reclaimer acks it once it sees the job is settled.
+func (w *Worker) ack(ds []streams.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.reportCtx, w.cfg.FlushTimeout)
+	defer cancel()
+	tries := 0
+	err := w.retry(ctx, "ack entries", func(error) bool { tries++; return tries >= 5 }, func(ctx context.Context) error {
+		return w.cfg.Streams.Ack(ctx, ds)
+	})
+	if err != nil {
+		w.log.Error("ack entries failed; the reclaimer will settle them", "error", err, "count", len(ds))
+	}
+}
