@@ -113,14 +113,17 @@ func (e *Engine) finish(ctx context.Context, tx store.Tx, job *store.Job, worker
 
 // afterFailure moves a failed job on: back to pending with backoff while attempts remain,
 // otherwise (or when non-retryable) to dead_letter. Shared by completions and rescues.
-func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, step func(store.JobUpdate, map[string]any) error) (string, error) {
+func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, step func(store.JobUpdate, map[string]any) error) (outcome string, err error) {
 	empty := ""
 	if nonRetryable || job.Attempts >= job.MaxAttempts {
 		reason := "attempts exhausted"
 		if nonRetryable {
 			reason = "non-retryable error"
 		}
-		err := step(store.JobUpdate{To: store.JobDeadLetter, FinishedAt: &now, LeaseToken: &empty},
+		// enqueued=0: the dead letter is not yet on the DLQ stream (the DLQ relay publishes it,
+		// the same outbox as the dispatcher's).
+		f := false
+		err := step(store.JobUpdate{To: store.JobDeadLetter, FinishedAt: &now, LeaseToken: &empty, Enqueued: &f},
 			map[string]any{"reason": reason, "attempts": job.Attempts})
 		return OutcomeDeadLetter, err
 	}
@@ -130,7 +133,7 @@ func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, 
 	}
 	at := now.Add(delay).Truncate(time.Microsecond)
 	f := false
-	err := step(store.JobUpdate{To: store.JobPending, AvailableAt: &at, Enqueued: &f, WorkerID: &empty, LeaseToken: &empty},
+	err = step(store.JobUpdate{To: store.JobPending, AvailableAt: &at, Enqueued: &f, WorkerID: &empty, LeaseToken: &empty},
 		map[string]any{"retry_in_ms": delay.Milliseconds(), "next_attempt": job.Attempts + 1})
 	return OutcomeRetry, err
 }
