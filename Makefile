@@ -13,8 +13,9 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/orchestrator ./cmd/worker ./cmd/orchctl
 
-## run: start MariaDB and Redis if needed, then the orchestrator in dev mode with a local worker pool
-run: build services
+## run: build, then the orchestrator in embedded dev mode: SQLite in ./data (ORCH_DATA_DIR), an
+## in-process Redis, a local worker pool, simulated GPUs. Needs nothing but Go: no MariaDB, no Redis.
+run: build
 	./$(BIN)/orchestrator dev
 
 ## test: go vet, then every test with the race detector against the real MariaDB and Redis
@@ -26,9 +27,9 @@ test:
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
-## bench: the load generator against a stack it starts (see bench/README.md)
+## bench: the load generator against a stack it starts (see bench/README.md); extra flags in BENCH_FLAGS
 bench: build services
-	$(GO) run ./bench -out bench/results.json
+	$(GO) run ./bench -out bench/results.json $(BENCH_FLAGS)
 
 ## lint: gofmt and go vet
 lint:
@@ -44,3 +45,10 @@ services:
 
 clean:
 	rm -rf $(BIN)
+
+## runbook-check: run the procedures of docs/runbook.md with the real binaries against a real stack
+## (a private Redis, two orchestrators on a fresh MariaDB database, local pools); about a minute.
+## Not part of `make test`.
+.PHONY: runbook-check
+runbook-check: services
+	bash scripts/runbook-check.sh

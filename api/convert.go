@@ -54,23 +54,31 @@ func utcPtr(t *time.Time) *time.Time {
 	return &u
 }
 
-// claimedToWire converts the jobs a claim took. The attempt of a claimed job is its attempt
-// count, which the claim incremented.
-func claimedToWire(jobs []store.Job) []client.ClaimedJob {
+// claimedToWire converts the jobs a claim took, with their leases. The attempt of a claimed
+// job is its attempt count, which the claim incremented.
+func claimedToWire(jobs []store.Job, leases map[string]store.Lease) []client.ClaimedJob {
 	out := make([]client.ClaimedJob, 0, len(jobs))
 	for _, j := range jobs {
 		payload := j.Payload
 		if len(payload) == 0 {
 			payload = json.RawMessage("null")
 		}
-		out = append(out, client.ClaimedJob{
+		cj := client.ClaimedJob{
 			JobID:      j.ID,
 			Type:       j.Type,
 			Payload:    payload,
 			Attempt:    j.Attempts,
 			Timeout:    client.Duration(j.Timeout),
 			LeaseToken: j.LeaseToken,
-		})
+		}
+		if l, ok := leases[j.ID]; ok {
+			expires := l.ExpiresAt.UTC()
+			cj.GPUIndex, cj.LeaseTTL, cj.LeaseExpiresAt = l.GPUIndex, client.Duration(l.TTL), &expires
+			if l.GPUIndex != nil {
+				cj.GPUMemoryMB = l.MemoryMB
+			}
+		}
+		out = append(out, cj)
 	}
 	return out
 }
@@ -78,7 +86,7 @@ func claimedToWire(jobs []store.Job) []client.ClaimedJob {
 func refusalsToWire(rs []engine.Refusal) []client.ClaimRefusal {
 	out := make([]client.ClaimRefusal, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, client.ClaimRefusal{JobID: r.JobID, Reason: r.Reason})
+		out = append(out, client.ClaimRefusal{JobID: r.JobID, Reason: r.Reason, Detail: r.Detail})
 	}
 	return out
 }

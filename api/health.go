@@ -41,6 +41,9 @@ func (s *Server) readyz(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
 	defer cancel()
 	results := s.ready(ctx)
+	if s.admission != nil {
+		results[CheckAdmission] = s.admissionReady()
+	}
 	h := client.Health{Status: "ok", Checks: make(map[string]string, len(results))}
 	for name, err := range results {
 		var ce *CheckError

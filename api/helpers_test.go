@@ -35,7 +35,7 @@ type bundle struct {
 	tokens map[string]string // "alice", "bob" (agents), "worker", "admin" → token
 }
 
-func testConfig(t *testing.T) *config.Config {
+func testConfig(t testing.TB) *config.Config {
 	t.Helper()
 	cfg, err := config.Load("", func(key string) string {
 		if key == "ORCH_MAX_PAYLOAD_BYTES" {
@@ -48,7 +48,7 @@ func testConfig(t *testing.T) *config.Config {
 }
 
 // testTokens makes one token per test identity and the Tokens that accept them.
-func testTokens(t *testing.T) (*Tokens, map[string]string) {
+func testTokens(t testing.TB) (*Tokens, map[string]string) {
 	t.Helper()
 	tokens := map[string]string{}
 	var lines []string
@@ -65,7 +65,7 @@ func testTokens(t *testing.T) (*Tokens, map[string]string) {
 	return set, tokens
 }
 
-func newBundle(t *testing.T, st store.Store, sc *streams.Client) *bundle {
+func newBundle(t testing.TB, st store.Store, sc *streams.Client) *bundle {
 	t.Helper()
 	cfg := testConfig(t)
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -75,7 +75,7 @@ func newBundle(t *testing.T, st store.Store, sc *streams.Client) *bundle {
 }
 
 // setup is the real stack: a fresh migrated MariaDB database and a Redis key prefix.
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	st := testenv.MySQLStore(t)
 	rdb := streams.NewRedis(testenv.RedisAddr(t), "")
@@ -93,7 +93,7 @@ func setupDown(t *testing.T) *bundle {
 }
 
 // closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
+func closedAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

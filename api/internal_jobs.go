@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -32,6 +33,7 @@ func (s *Server) claim(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	start := time.Now()
 	res, err := s.engine.Claim(c.Request.Context(), engine.ClaimParams{
 		WorkerID: req.WorkerID,
 		PoolID:   req.PoolID,
@@ -43,8 +45,9 @@ func (s *Server) claim(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	s.traceClaims(c.Request.Context(), start, req, res)
 	c.JSON(http.StatusOK, client.ClaimResponse{
-		Claimed: claimedToWire(res.Claimed),
+		Claimed: claimedToWire(res.Claimed, res.Leases),
 		Refused: refusalsToWire(res.Refused),
 		Cancel:  res.Cancel,
 	})
@@ -111,6 +114,7 @@ func (s *Server) complete(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	start := time.Now()
 	res, err := s.engine.Complete(c.Request.Context(), engine.CompleteParams{
 		WorkerID: req.WorkerID,
 		Results:  resultsFromWire(req.Results),
@@ -118,6 +122,12 @@ func (s *Server) complete(c *gin.Context) {
 	})
 	if err != nil {
 		s.writeError(c, err)
+		return
+	}
+	s.traceCompletions(c.Request.Context(), start, req, res)
+	if allLeasesExpired(res.Outcomes) {
+		// A zombie worker's late report: refused as a whole, nothing was recorded.
+		s.writeError(c, errAllLeasesExpired(len(res.Outcomes)))
 		return
 	}
 	c.JSON(http.StatusOK, client.CompleteResponse{Outcomes: outcomesToWire(res.Outcomes), Cancel: res.Cancel})
@@ -165,4 +175,15 @@ func validateIDs(field string, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// allLeasesExpired reports a completion every result of which was refused for an expired lease
+// (the API then answers 409 lease_expired instead of 200 with per-result outcomes).
+func allLeasesExpired(outcomes []engine.Outcome) bool {
+	for _, o := range outcomes {
+		if o.Outcome != engine.OutcomeLeaseExpired {
+			return false
+		}
+	}
+	return len(outcomes) > 0
 }

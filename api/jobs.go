@@ -45,7 +45,13 @@ func (s *Server) submit(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	adm, err := s.admitJob(c, &p)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
 	job, created, err := s.engine.Submit(c.Request.Context(), p)
+	adm.finish(err == nil && job.Status == store.JobPending)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -54,7 +60,11 @@ func (s *Server) submit(c *gin.Context) {
 	if created {
 		status = http.StatusAccepted
 	}
-	c.JSON(status, client.SubmitResponse{JobID: job.ID, Status: string(job.Status), Created: created})
+	resp := client.SubmitResponse{JobID: job.ID, Status: string(job.Status), Created: created}
+	if from := adm.routedFrom(); from != "" {
+		resp.Type, resp.RoutedFrom = job.Type, from
+	}
+	c.JSON(status, resp)
 }
 
 // submitParams checks a submit body and binds it to the caller: an agent token submits for its

@@ -18,10 +18,13 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpuorch/orchestrator/admission"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/leases"
+	"github.com/gpuorch/orchestrator/metrics"
+	"github.com/gpuorch/orchestrator/pools"
 )
 
 // HTTP server limits (NewHTTPServer).
@@ -44,6 +47,16 @@ type Options struct {
 	Auth AuthOptions
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+	// Leader answers /status's leader part (nil: not shown).
+	Leader LeaderInfo
+	// Metrics is the registry GET /metrics serves and the HTTP metrics are recorded in (nil: a
+	// private one with the HTTP and process metrics only).
+	Metrics *metrics.Registry
+	// Admission decides on submits and lease requests (nil: every request is admitted, and
+	// /control/admission answers 404).
+	Admission *admission.Controller
+	// Pools serves the worker pools and the worker registry (nil: those routes answer 503).
+	Pools *pools.Service
 	// Ready overrides the readiness checks of /readyz: it returns one entry per dependency, nil
 	// when that dependency is fine. Default: MariaDB ping, applied migrations, Redis ping.
 	Ready func(ctx context.Context) map[string]error
@@ -51,12 +64,17 @@ type Options struct {
 
 // Server is the HTTP API. It is safe for concurrent use.
 type Server struct {
-	engine  *engine.Engine
-	cfg     *config.Config
-	auth    AuthOptions
-	log     *slog.Logger
-	ready   func(ctx context.Context) map[string]error
-	handler *gin.Engine
+	engine    *engine.Engine
+	leases    *leases.Manager
+	cfg       *config.Config
+	auth      AuthOptions
+	log       *slog.Logger
+	ready     func(ctx context.Context) map[string]error
+	leader    LeaderInfo
+	metrics   *metrics.Registry
+	admission *admission.Controller
+	pools     *pools.Service
+	handler   *gin.Engine
 }
 
 var releaseMode sync.Once
@@ -65,14 +83,21 @@ var releaseMode sync.Once
 func New(opts Options) *Server {
 	releaseMode.Do(func() { gin.SetMode(gin.ReleaseMode) })
 	s := &Server{
-		engine: opts.Engine,
-		cfg:    opts.Config,
-		auth:   opts.Auth,
-		log:    cmp.Or(opts.Logger, slog.Default()).With("component", "api"),
-		ready:  opts.Ready,
+		engine:  opts.Engine,
+		cfg:     opts.Config,
+		auth:    opts.Auth,
+		log:     cmp.Or(opts.Logger, slog.Default()).With("component", "api"),
+		ready:   opts.Ready,
+		metrics: metricsOf(opts),
+		leader:  opts.Leader,
 	}
+	s.admission = opts.Admission
+	s.pools = opts.Pools
 	if s.cfg == nil && s.engine != nil {
 		s.cfg = s.engine.Config()
+	}
+	if s.engine != nil {
+		s.leases = s.engine.Leases()
 	}
 	if s.ready == nil {
 		s.ready = s.checkDependencies
@@ -101,7 +126,7 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 func (s *Server) routes() *gin.Engine {
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
-	r.Use(s.recovery, s.logRequests)
+	r.Use(s.traceRequests, s.observe, s.recovery, s.logRequests)
 	r.NoRoute(func(c *gin.Context) {
 		s.writeError(c, notFound("no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})
@@ -112,18 +137,50 @@ func (s *Server) routes() *gin.Engine {
 
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
-	r.GET("/metrics", gin.WrapH(promhttp.Handler()))
+	r.GET("/metrics", s.serveMetrics())
 
 	agents := s.requireRole(RoleAgent, RoleAdmin)
 	r.POST("/jobs/submit", agents, s.submit)
 	r.GET("/jobs", agents, s.listJobs)
 	r.GET("/jobs/:id", agents, s.getJob)
 	r.POST("/jobs/:id/cancel", agents, s.cancelJob)
+	r.GET("/jobs/:id/events", agents, s.jobEvents)
+	r.GET("/events", s.requireRole(RoleAdmin), s.allEvents)
+	r.GET("/status", s.requireRole(RoleAgent, RoleWorker, RoleAdmin), s.status)
+
+	r.GET("/dlq", s.requireRole(RoleAdmin), s.listDeadLetters)
+	r.POST("/dlq/:job_id/replay", s.requireRole(RoleAdmin), s.replayDeadLetter)
+	r.DELETE("/dlq/:job_id", s.requireRole(RoleAdmin), s.purgeDeadLetter)
+
+	r.GET("/leases", agents, s.listLeases)
+	r.POST("/leases", agents, s.grantLease)
+	r.POST("/leases/:token/heartbeat", agents, s.heartbeatLease)
+	r.POST("/leases/:token/release", agents, s.releaseLease)
+	r.GET("/gpus", agents, s.listGPUs)
+
+	r.GET("/control/admission", s.requireRole(RoleAdmin), s.getAdmission)
+	r.PUT("/control/admission", s.requireRole(RoleAdmin), s.putAdmission)
+	r.DELETE("/control/admission/:agent", s.requireRole(RoleAdmin), s.deleteAdmission)
+
+	admins := s.requireRole(RoleAdmin)
+	r.POST("/workers/pool", admins, s.poolsEnabled, s.createPool)
+	r.GET("/workers/pools", agents, s.poolsEnabled, s.listPools)
+	r.GET("/workers/pools/:id", agents, s.poolsEnabled, s.getPool)
+	r.POST("/workers/pools/:id/heartbeat", agents, s.poolsEnabled, s.heartbeatPool)
+	r.POST("/workers/pools/:id/drain", admins, s.poolsEnabled, s.drainPool)
+	r.POST("/control/drain", admins, s.poolsEnabled, s.drainAll)
+	r.POST("/control/evict_pool", admins, s.poolsEnabled, s.evictPool)
+	r.POST("/control/reconcile", admins, s.poolsEnabled, s.reconcile)
 
 	workers := r.Group("/internal", s.requireRole(RoleWorker, RoleAdmin))
 	workers.POST("/jobs/claim", s.claim)
 	workers.POST("/jobs/start", s.start)
 	workers.POST("/jobs/complete", s.complete)
+	workers.POST("/leases/renew", s.renewLeases)
+	workers.POST("/workers/register", s.poolsEnabled, s.registerWorker)
+	workers.POST("/workers/:id/heartbeat", s.poolsEnabled, s.workerHeartbeat)
+	workers.POST("/workers/:id/deregister", s.poolsEnabled, s.deregisterWorker)
+	s.initRouteMetrics(r)
 	return r
 }
 

@@ -60,6 +60,10 @@ type SubmitResponse struct {
 	JobID   string `json:"job_id"`
 	Status  string `json:"status"`
 	Created bool   `json:"created"`
+	// Type and RoutedFrom are set when admission routed the job to its type's CPU fallback
+	// (the requested type's queue was full): Type is where the job went, RoutedFrom what was asked.
+	Type       string `json:"type,omitempty"`
+	RoutedFrom string `json:"routed_from,omitempty"`
 }
 
 // Job is a job as the API shows it.
@@ -97,6 +101,9 @@ type ClaimItem struct {
 	JobID     string `json:"job_id"`
 	Stream    string `json:"stream"`
 	MessageID string `json:"message_id"`
+	// TraceParent is the W3C trace context the stream entry carried, so the orchestrator's
+	// claim span joins the job's trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // ClaimRequest is the body of POST /internal/jobs/claim.
@@ -118,6 +125,12 @@ type ClaimedJob struct {
 	Timeout    Duration        `json:"timeout"`
 	LeaseToken string          `json:"lease_token,omitempty"`
 	GPUIndex   *int            `json:"gpu_index,omitempty"`
+	// GPUMemoryMB is what the gpu lease reserves on GPUIndex.
+	GPUMemoryMB int64 `json:"gpu_memory_mb,omitempty"`
+	// LeaseTTL is the lease's time to live: the worker renews it every third of it.
+	LeaseTTL Duration `json:"lease_ttl,omitempty"`
+	// LeaseExpiresAt is when the lease expires unless renewed.
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
 }
 
 // Claim refusal reasons. A refused entry is acknowledged and dropped by the worker, except for
@@ -133,6 +146,9 @@ const (
 type ClaimRefusal struct {
 	JobID  string `json:"job_id"`
 	Reason string `json:"reason"`
+	// Detail says why a retry_later: the lease denial (no_capacity, node_unknown,
+	// telemetry_stale).
+	Detail string `json:"detail,omitempty"`
 }
 
 // ClaimResponse answers a claim.
@@ -170,6 +186,9 @@ type JobResult struct {
 	Error      string          `json:"error,omitempty"`
 	// NonRetryable sends a failed job straight to the dead letters.
 	NonRetryable bool `json:"non_retryable,omitempty"`
+	// TraceParent is the W3C trace context of the worker's run span, so the orchestrator's
+	// completion span joins the job's trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // CompleteRequest is the body of POST /internal/jobs/complete.
@@ -185,6 +204,9 @@ const (
 	OutcomeRetry      = "retry"       // failed attempt recorded, the job will be retried
 	OutcomeDeadLetter = "dead_letter" // failed attempt recorded, no attempts left
 	OutcomeStale      = "stale"       // not recorded: the job is no longer this worker's attempt
+	// OutcomeLeaseExpired: not recorded, because the attempt's lease expired (the worker went
+	// quiet past its TTL) and the job was handed to another worker. Drop the result and ack.
+	OutcomeLeaseExpired = "lease_expired"
 )
 
 // CompleteOutcome says what happened to one result.

@@ -42,6 +42,43 @@ const (
 	WorkerBlockDefault        = 2 * time.Second
 	ExecMaxOutputBytesDefault = 1 << 20
 	HTTPHandlerTimeoutDefault = 5 * time.Minute
+	// LeaseTTLDefault is how long a lease lives without a heartbeat; workers renew every third.
+	LeaseTTLDefault = 30 * time.Second
+	// LeaseSafetyMarginMBDefault is the GPU memory never handed out, for the CUDA context,
+	// fragmentation and telemetry lag.
+	LeaseSafetyMarginMBDefault = 512
+	// LeaseTelemetryFreshnessDefault is how old a GPU's telemetry may be for placement to use it.
+	LeaseTelemetryFreshnessDefault = 30 * time.Second
+	// LeasePurgeIntervalDefault is how often expired leases are looked for.
+	LeasePurgeIntervalDefault = 5 * time.Second
+	// TelemetryPollIntervalDefault is how often a process reads its node's GPUs.
+	TelemetryPollIntervalDefault = 5 * time.Second
+	// WorkerMetricsAddrDefault is where a worker serves GET /metrics: loopback, so nothing is
+	// exposed unless asked ("0" disables the endpoint).
+	WorkerMetricsAddrDefault = "127.0.0.1:9091"
+)
+
+// Defaults of the embedded single-node mode (`orchestrator dev`).
+const (
+	// DataDirDefault is where the embedded mode keeps its SQLite database and lock file,
+	// relative to the working directory.
+	DataDirDefault = "data"
+	// EmbeddedRedisAddrDefault is where the embedded mode's in-process Redis listens: a fixed
+	// loopback port, so that local worker processes find it; not Redis's own 6379, so that it
+	// never clashes with a real Redis on the host.
+	EmbeddedRedisAddrDefault = "127.0.0.1:6390"
+)
+
+// Defaults of the leader's maintenance: reclaiming, trimming, retention.
+const (
+	ReclaimIntervalDefault     = 15 * time.Second
+	ReclaimBatchDefault        = 100
+	TrimIntervalDefault        = time.Minute
+	RetentionDefault           = 7 * 24 * time.Hour
+	DeadLetterRetentionDefault = 30 * 24 * time.Hour
+	AuditRetentionDefault      = 30 * 24 * time.Hour
+	RetentionIntervalDefault   = time.Minute
+	RetentionBatchDefault      = 500
 )
 
 // Config is the whole configuration. Zero values are filled from the defaults by Load.
@@ -57,6 +94,12 @@ type Config struct {
 	// RedisPrefix is put before every Redis key (ORCH_REDIS_PREFIX), so several clusters (or
 	// test runs) can share one Redis.
 	RedisPrefix string `yaml:"redis_prefix"`
+	// DataDir is the embedded mode's data directory (ORCH_DATA_DIR): the SQLite database and
+	// the lock file that keeps a second orchestrator off it. Not used by serve.
+	DataDir string `yaml:"data_dir"`
+	// EmbeddedRedisAddr is the loopback host:port of the embedded mode's in-process Redis
+	// (ORCH_EMBEDDED_REDIS_ADDR). Not used by serve, which uses RedisAddr.
+	EmbeddedRedisAddr string `yaml:"embedded_redis_addr"`
 	// NodeID names this host (ORCH_NODE_ID; default: the hostname).
 	NodeID string `yaml:"node_id"`
 	// TokensFile holds the API tokens as SHA-256 hashes with their roles (ORCH_TOKENS_FILE).
@@ -70,6 +113,21 @@ type Config struct {
 	DispatchInterval time.Duration `yaml:"dispatch_interval"`
 	// DispatchBatch is how many jobs the dispatcher publishes per pass at most.
 	DispatchBatch int `yaml:"dispatch_batch"`
+	// ReclaimInterval is how often the leader's reclaimer runs XAUTOCLAIM over every group.
+	ReclaimInterval time.Duration `yaml:"reclaim_interval"`
+	// ReclaimBatch is the COUNT of one XAUTOCLAIM call (entries settled per round trip).
+	ReclaimBatch int `yaml:"reclaim_batch"`
+	// TrimInterval is how often the leader trims the streams below the oldest entry still
+	// pending or unread.
+	TrimInterval time.Duration `yaml:"trim_interval"`
+	// DeadLetterRetention is how long a dead letter is kept when nobody purges it.
+	DeadLetterRetention time.Duration `yaml:"dead_letter_retention"`
+	// AuditRetention is how long audit rows are kept.
+	AuditRetention time.Duration `yaml:"audit_retention"`
+	// RetentionInterval is how often the leader deletes expired jobs and audit rows.
+	RetentionInterval time.Duration `yaml:"retention_interval"`
+	// RetentionBatch is the most rows one retention statement deletes (short locks).
+	RetentionBatch int `yaml:"retention_batch"`
 	// ShutdownGrace bounds a graceful shutdown (finish in-flight work, then exit).
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// LogLevel is debug|info|warn|error (ORCH_LOG_LEVEL); LogFormat is json|text (ORCH_LOG_FORMAT).
@@ -79,6 +137,44 @@ type Config struct {
 	JobTypes map[string]*JobType `yaml:"job_types"`
 	// Worker configures the worker process.
 	Worker Worker `yaml:"worker"`
+	// Leases configures lease placement, expiry and purging.
+	Leases Leases `yaml:"leases"`
+	// Telemetry configures how a process reads its node's GPUs.
+	Telemetry Telemetry `yaml:"telemetry"`
+	// Admission configures admission control: token buckets and gates (config/admission.go).
+	Admission Admission `yaml:"admission"`
+	// Pools configures worker pools, the worker registry and the local provisioner (config/pools.go).
+	Pools Pools `yaml:"pools"`
+	// Path is the file Load read ("" when none): the local provisioner's workers read it too.
+	Path string `yaml:"-"`
+}
+
+// Leases configures leases (DESIGN.md, principle 2).
+type Leases struct {
+	// TTL is the time to live of a job's lease: its worker renews it every TTL/3, and a lease
+	// not renewed for TTL expires and its job is rescued (ORCH_LEASE_TTL_MS).
+	TTL time.Duration `yaml:"ttl"`
+	// SafetyMarginMB is the memory of every GPU that placement never hands out (CUDA contexts,
+	// fragmentation, telemetry lag): free = total − max(used, reserved) − margin. 0 takes the
+	// default; a margin cannot be switched off, only made small (1).
+	SafetyMarginMB int64 `yaml:"safety_margin_mb"`
+	// TelemetryFreshness is how old a GPU's telemetry may be for placement to trust it; a node
+	// whose GPUs are all older is refused with telemetry_stale.
+	TelemetryFreshness time.Duration `yaml:"telemetry_freshness"`
+	// PurgeInterval is how often the lease purger expires leases past their expiry.
+	PurgeInterval time.Duration `yaml:"purge_interval"`
+}
+
+// Telemetry configures the GPU telemetry provider of a process (telemetry.Auto).
+type Telemetry struct {
+	// SimGPUs simulates GPUs where NVML has none, e.g. "2x24576" (ORCH_SIM_GPUS).
+	SimGPUs string `yaml:"sim_gpus"`
+	// NVMLDisable skips NVML (ORCH_NVML_DISABLE=1), e.g. to simulate GPUs on a GPU host.
+	NVMLDisable bool `yaml:"nvml_disable"`
+	// NVMLLibrary is the path of libnvidia-ml.so (ORCH_NVML_LIBRARY; default: the loader's).
+	NVMLLibrary string `yaml:"nvml_library"`
+	// PollInterval is how often the node's GPUs are read and reported.
+	PollInterval time.Duration `yaml:"poll_interval"`
 }
 
 // JobType describes one type of job: where it is delivered and how it is run and retried.
@@ -102,6 +198,13 @@ type JobType struct {
 	GPUMemoryMB int `yaml:"gpu_memory_mb"`
 	// Backoff is the retry schedule of failed attempts.
 	Backoff Backoff `yaml:"backoff"`
+	// Retention is how long a finished job (done, cancelled, purged dead letter) is kept.
+	Retention time.Duration `yaml:"retention"`
+	// QueueLimit is the most pending jobs of the type (0: no limit); above it a submit is
+	// routed to CPUFallback when set, and refused with queue_full otherwise.
+	QueueLimit int `yaml:"queue_limit"`
+	// CPUFallback is a CPU job type that takes the type's submits while its queue is full.
+	CPUFallback string `yaml:"cpu_fallback"`
 }
 
 // Backoff is a capped exponential backoff with jitter.
@@ -134,6 +237,9 @@ type Worker struct {
 	Block time.Duration `yaml:"block"`
 	// Commands are the programs the exec handler may run, by name: argv only, never a shell.
 	Commands map[string]*Command `yaml:"commands"`
+	// MetricsAddr is where the worker serves GET /metrics (ORCH_WORKER_METRICS_ADDR); "0"
+	// disables it.
+	MetricsAddr string `yaml:"metrics_addr"`
 }
 
 // Command is one program the exec handler may run.
@@ -178,6 +284,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("parse config %s: %w", path, err)
 		}
+		c.Path = path
 	}
 	if err := c.applyEnv(getenv); err != nil {
 		return nil, err
@@ -200,6 +307,8 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	str("ORCH_REDIS_ADDR", &c.RedisAddr)
 	str("ORCH_REDIS_PASSWORD", &c.RedisPassword)
 	str("ORCH_REDIS_PREFIX", &c.RedisPrefix)
+	str("ORCH_DATA_DIR", &c.DataDir)
+	str("ORCH_EMBEDDED_REDIS_ADDR", &c.EmbeddedRedisAddr)
 	str("ORCH_NODE_ID", &c.NodeID)
 	str("ORCH_TOKENS_FILE", &c.TokensFile)
 	str("ORCH_LOG_LEVEL", &c.LogLevel)
@@ -208,6 +317,21 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	str("ORCH_POOL_ID", &c.Worker.PoolID)
 	str("ORCH_API_URL", &c.Worker.APIURL)
 	str("ORCH_API_TOKEN", &c.Worker.APIToken)
+	str("ORCH_WORKER_METRICS_ADDR", &c.Worker.MetricsAddr)
+	str("ORCH_SIM_GPUS", &c.Telemetry.SimGPUs)
+	str("ORCH_NVML_LIBRARY", &c.Telemetry.NVMLLibrary)
+	str("ORCH_POOLS_PROVISIONER", &c.Pools.Provisioner)
+	str("ORCH_WORKER_BINARY", &c.Pools.WorkerBinary)
+	if v := getenv("ORCH_NVML_DISABLE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("config: ORCH_NVML_DISABLE=%q: want true or false (1 or 0)", v)
+		}
+		c.Telemetry.NVMLDisable = b
+	}
+	if err := c.applyAdmissionEnv(getenv); err != nil {
+		return err
+	}
 	if v := getenv("ORCH_WORKER_TYPES"); v != "" {
 		c.Worker.Types = splitList(v)
 	}
@@ -218,6 +342,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		{"ORCH_CLAIM_IDLE_MS", func(n int64) { c.ClaimIdle = time.Duration(n) * time.Millisecond }},
 		{"ORCH_MAX_PAYLOAD_BYTES", func(n int64) { c.MaxPayloadBytes = n }},
 		{"ORCH_WORKER_CONCURRENCY", func(n int64) { c.Worker.Concurrency = int(n) }},
+		{"ORCH_LEASE_TTL_MS", func(n int64) { c.Leases.TTL = time.Duration(n) * time.Millisecond }},
 	}
 	for _, e := range ints {
 		v := getenv(e.key)
@@ -247,6 +372,8 @@ func (c *Config) fillDefaults() {
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.MySQLDSN = cmp.Or(c.MySQLDSN, MySQLDSNDefault)
 	c.RedisAddr = cmp.Or(c.RedisAddr, RedisAddrDefault)
+	c.DataDir = cmp.Or(c.DataDir, DataDirDefault)
+	c.EmbeddedRedisAddr = cmp.Or(c.EmbeddedRedisAddr, EmbeddedRedisAddrDefault)
 	if c.NodeID == "" {
 		c.NodeID, _ = os.Hostname()
 	}
@@ -255,6 +382,13 @@ func (c *Config) fillDefaults() {
 	c.DispatchInterval = cmp.Or(c.DispatchInterval, DispatchIntervalDefault)
 	c.DispatchBatch = cmp.Or(c.DispatchBatch, DispatchBatchDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, ReclaimIntervalDefault)
+	c.ReclaimBatch = cmp.Or(c.ReclaimBatch, ReclaimBatchDefault)
+	c.TrimInterval = cmp.Or(c.TrimInterval, TrimIntervalDefault)
+	c.DeadLetterRetention = cmp.Or(c.DeadLetterRetention, DeadLetterRetentionDefault)
+	c.AuditRetention = cmp.Or(c.AuditRetention, AuditRetentionDefault)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
+	c.RetentionBatch = cmp.Or(c.RetentionBatch, RetentionBatchDefault)
 	c.LogLevel = cmp.Or(c.LogLevel, LogLevelDefault)
 	c.LogFormat = cmp.Or(c.LogFormat, LogFormatDefault)
 	if len(c.JobTypes) == 0 {
@@ -273,10 +407,20 @@ func (c *Config) fillDefaults() {
 		t.Backoff.Initial = cmp.Or(t.Backoff.Initial, BackoffInitialDefault)
 		t.Backoff.Multiplier = cmp.Or(t.Backoff.Multiplier, BackoffMultiplierDefault)
 		t.Backoff.Max = cmp.Or(t.Backoff.Max, BackoffMaxDefault)
+		t.Retention = cmp.Or(t.Retention, RetentionDefault)
 		if t.Backoff.Jitter == 0 {
 			t.Backoff.Jitter = BackoffJitterDefault
 		}
 	}
+	c.Leases.TTL = cmp.Or(c.Leases.TTL, LeaseTTLDefault)
+	if c.Leases.SafetyMarginMB == 0 {
+		c.Leases.SafetyMarginMB = LeaseSafetyMarginMBDefault
+	}
+	c.Leases.TelemetryFreshness = cmp.Or(c.Leases.TelemetryFreshness, LeaseTelemetryFreshnessDefault)
+	c.Leases.PurgeInterval = cmp.Or(c.Leases.PurgeInterval, LeasePurgeIntervalDefault)
+	c.Telemetry.PollInterval = cmp.Or(c.Telemetry.PollInterval, TelemetryPollIntervalDefault)
+	c.Admission.fillDefaults()
+	c.fillPools()
 	w := &c.Worker
 	if w.ID == "" {
 		host, _ := os.Hostname()
@@ -286,6 +430,7 @@ func (c *Config) fillDefaults() {
 	w.Concurrency = cmp.Or(w.Concurrency, WorkerConcurrencyDefault)
 	w.Batch = cmp.Or(w.Batch, WorkerBatchDefault)
 	w.Block = cmp.Or(w.Block, WorkerBlockDefault)
+	w.MetricsAddr = cmp.Or(w.MetricsAddr, WorkerMetricsAddrDefault)
 	for _, cmd := range w.Commands {
 		if cmd != nil {
 			cmd.MaxOutputBytes = cmp.Or(cmd.MaxOutputBytes, ExecMaxOutputBytesDefault)
@@ -302,6 +447,24 @@ func (c *Config) Validate() error {
 	}
 	if c.DispatchBatch <= 0 || c.DispatchBatch > 10000 {
 		bad("dispatch_batch must be in 1..10000")
+	}
+	if c.ReclaimBatch < 1 || c.ReclaimBatch > 10000 {
+		bad("reclaim_batch must be in 1..10000")
+	}
+	if c.RetentionBatch < 1 || c.RetentionBatch > 5000 {
+		bad("retention_batch must be in 1..5000")
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"claim_idle", c.ClaimIdle}, {"reclaim_interval", c.ReclaimInterval},
+		{"trim_interval", c.TrimInterval}, {"retention_interval", c.RetentionInterval},
+		{"dead_letter_retention", c.DeadLetterRetention}, {"audit_retention", c.AuditRetention},
+	} {
+		if d.v <= 0 {
+			bad("%s must be positive", d.key)
+		}
 	}
 	switch c.LogFormat {
 	case "json", "text":
@@ -345,6 +508,9 @@ func (c *Config) Validate() error {
 		if t.Timeout <= 0 {
 			bad("job_types.%s.timeout must be positive", name)
 		}
+		if t.Retention <= 0 {
+			bad("job_types.%s.retention must be positive", name)
+		}
 		if t.GPUMemoryMB < 0 {
 			bad("job_types.%s.gpu_memory_mb must not be negative", name)
 		}
@@ -364,11 +530,32 @@ func (c *Config) Validate() error {
 	if c.Worker.Batch < 1 || c.Worker.Batch > 1000 {
 		bad("worker.batch must be in 1..1000")
 	}
+	if c.Leases.TTL < 100*time.Millisecond || c.Leases.TTL > 24*time.Hour {
+		bad("leases.ttl %s: want 100ms..24h", c.Leases.TTL)
+	}
+	if c.Leases.SafetyMarginMB < 0 {
+		bad("leases.safety_margin_mb must not be negative")
+	}
+	if c.Leases.TelemetryFreshness <= 0 {
+		bad("leases.telemetry_freshness must be positive")
+	}
+	if c.Leases.PurgeInterval <= 0 {
+		bad("leases.purge_interval must be positive")
+	}
+	if c.Telemetry.PollInterval <= 0 {
+		bad("telemetry.poll_interval must be positive")
+	}
+	if c.Telemetry.PollInterval >= c.Leases.TelemetryFreshness {
+		bad("telemetry.poll_interval %s must be below leases.telemetry_freshness %s, or every node's telemetry goes stale between two reports",
+			c.Telemetry.PollInterval, c.Leases.TelemetryFreshness)
+	}
 	for _, t := range c.Worker.Types {
 		if _, ok := c.JobTypes[t]; !ok {
 			bad("worker.types: unknown job type %q", t)
 		}
 	}
+	errs = append(errs, c.validateAdmission()...)
+	errs = append(errs, c.validatePools()...)
 	return errors.Join(errs...)
 }
 

@@ -57,11 +57,13 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, w2.terminate(t, 30*time.Second))
 }
 
-// TestWorkerKilled: a worker killed with SIGKILL in the middle of sleep jobs leaves them claimed
-// or running (their rescue comes with leases), and every other job completes on another worker.
+// TestWorkerKilled: a worker killed with SIGKILL in the middle of sleep jobs stops renewing
+// their leases; once the TTL has passed the purger expires them and rescues the jobs (a failed
+// attempt, "worker lost", back to pending with backoff), while every other job completes on
+// another worker. The survivor does not serve sleep jobs, so the rescued jobs wait, pending.
 func TestWorkerKilled(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, "")
+	c := newCluster(t, shortLeases)
 	c.startOrchestrator("orchestrator")
 	victim := c.startWorker("victim", "ORCH_WORKER_CONCURRENCY=4", "ORCH_WORKER_TYPES=sleep")
 
@@ -74,15 +76,21 @@ func TestWorkerKilled(t *testing.T) {
 	noops := ids("noop", 200)
 	c.submitMany("noop", noops, func(int) string { return `{}` }, 8)
 	c.waitStatus("done", len(noops), 2*time.Minute)
+	c.waitStatus("pending", len(sleeps), time.Minute)
 
 	for _, id := range sleeps {
 		job, err := c.api.GetJob(context.Background(), id)
 		require.NoError(t, err)
-		require.Contains(t, []string{"claimed", "running"}, job.Status, "job %s", id)
-		require.Equal(t, "victim", job.WorkerID)
+		require.Equal(t, "pending", job.Status, "job %s", id)
+		require.Equal(t, 1, job.Attempts)
+		require.Equal(t, "worker lost", job.LastError)
+		require.Empty(t, job.WorkerID)
+		require.Contains(t, c.auditTypes(id), "job.running->failed", "the killed attempt is in the audit trail")
 	}
-	counts := c.statusCounts()
-	require.Equal(t, map[string]int{"done": len(noops), "running": len(sleeps)}, counts)
+	leases, err := c.api.ListLeases(context.Background(), client.ListLeasesParams{Status: client.LeaseExpired})
+	require.NoError(t, err)
+	require.Len(t, leases.Leases, len(sleeps), "the victim's leases expired")
+	require.Equal(t, map[string]int{"done": len(noops), "pending": len(sleeps)}, c.statusCounts())
 }
 
 // TestOrchestratorRestart: the orchestrator is killed with SIGKILL while jobs are queued and

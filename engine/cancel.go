@@ -46,7 +46,7 @@ func (e *Engine) Cancel(ctx context.Context, id, actor string) (store.Job, error
 		if job.Status.Terminal() || !CanTransition(job.Status, store.JobCancelled) {
 			return fmt.Errorf("%w: %s", ErrJobTerminal, job.Status)
 		}
-		empty := ""
+		empty, token := "", job.LeaseToken
 		ev, err := transition(ctx, tx, change{
 			job:     &job,
 			update:  store.JobUpdate{To: store.JobCancelled, FinishedAt: &now, LeaseToken: &empty, Now: now},
@@ -56,7 +56,15 @@ func (e *Engine) Cancel(ctx context.Context, id, actor string) (store.Job, error
 		if err != nil {
 			return err
 		}
-		return tx.AuditInsert(ctx, []store.AuditEvent{ev})
+		events := []store.AuditEvent{ev}
+		// The cancelled attempt's resources are free at once: the worker learns of the
+		// cancellation on its next call (or renewal) and stops the handler.
+		if lev, ok, err := releaseLease(ctx, tx, token, now, actor, "job cancelled"); err != nil {
+			return err
+		} else if ok {
+			events = append(events, lev)
+		}
+		return tx.AuditInsert(ctx, events)
 	})
 	if err != nil {
 		return store.Job{}, fmt.Errorf("cancel job %s: %w", id, err)

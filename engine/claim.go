@@ -2,14 +2,23 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"time"
 
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 )
 
-// Claim takes the jobs of the entries a worker read: a compare-and-set pending → claimed per
-// job (attempts+1, worker_id, owner_pool) and their audit rows, all in one transaction. Entries
-// whose job is missing, not pending or not yet due are refused (the worker acks and drops them).
+// Claim takes the jobs of the entries a worker read, each with its lease, all in one
+// transaction: a compare-and-set pending → claimed per job (attempts+1, worker_id, owner_pool,
+// lease_token) and a lease per job, with their audit rows. A GPU job (gpu_memory_mb > 0) gets a
+// gpu lease on a GPU of the worker's node with enough free memory; every other job a cpu lease.
+//
+// Entries whose job is missing, not pending or not yet due are refused (the worker acks and
+// drops them). A GPU job that no GPU of the node has room for is refused with retry_later and
+// stays pending: that is not a failed attempt, and the worker leaves the entry for later
+// delivery and backs off.
 func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	if p.WorkerID == "" {
 		return ClaimResult{}, invalid("worker_id", "is required")
@@ -17,7 +26,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 	now := e.nowUTC()
 	var res ClaimResult
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
-		res = ClaimResult{}
+		res = ClaimResult{Leases: map[string]store.Lease{}}
 		ids := make([]string, 0, len(p.Items))
 		for _, it := range p.Items {
 			ids = append(ids, it.JobID)
@@ -26,38 +35,58 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 		if err != nil {
 			return err
 		}
-		events := make([]store.AuditEvent, 0, len(p.Items))
-		for _, it := range p.Items {
-			job, ok := byID[it.JobID]
-			switch {
-			case !ok:
-				res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedNotFound})
-				continue
-			case job.Status != store.JobPending:
-				res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedNotPending})
-				continue
-			case job.AvailableAt.After(now):
-				res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedNotDue})
-				continue
+		claimable, gpuJobs := e.claimable(p.Items, byID, now, &res)
+		// Lock the node's GPUs before any non-locking read of the transaction, so the
+		// reservations read are the latest committed (store.GPUExecutor.GPULockNode).
+		var node *leases.NodeLock
+		if gpuJobs {
+			if node, err = e.leases.LockNode(ctx, tx, p.NodeID, now); err != nil {
+				return err
 			}
+		}
+		events := make([]store.AuditEvent, 0, 2*len(claimable))
+		granted := make([]store.Lease, 0, len(claimable))
+		actor := "worker:" + p.WorkerID
+		for _, c := range claimable {
+			job := c.job
 			attempts := job.Attempts + 1
+			lease, err := e.leases.Prepare(node, e.leaseParams(job, p, attempts), now)
+			if d, ok := leases.IsDenial(err); ok {
+				res.Refused = append(res.Refused, Refusal{JobID: job.ID, Reason: RefusedRetryLater, Detail: d.Reason})
+				continue
+			} else if err != nil {
+				return err
+			}
 			ev, err := transition(ctx, tx, change{
 				job: job,
 				update: store.JobUpdate{
-					To:        store.JobClaimed,
-					Attempts:  &attempts,
-					WorkerID:  &p.WorkerID,
-					OwnerPool: &p.PoolID,
-					Now:       now,
+					To:         store.JobClaimed,
+					Attempts:   &attempts,
+					WorkerID:   &p.WorkerID,
+					OwnerPool:  &p.PoolID,
+					LeaseToken: &lease.Token,
+					Now:        now,
 				},
-				actor:   "worker:" + p.WorkerID,
-				details: map[string]any{"attempt": attempts, "node_id": p.NodeID, "message_id": it.MessageID},
+				actor: actor,
+				details: map[string]any{"attempt": attempts, "node_id": p.NodeID, "message_id": c.item.MessageID,
+					"lease_mode": lease.Mode, "gpu_index": lease.GPUIndex},
 			})
 			if err != nil {
 				return err
 			}
-			events = append(events, ev)
+			events = append(events, ev, leases.GrantedEvent(lease, actor))
+			granted = append(granted, lease)
 			res.Claimed = append(res.Claimed, *job)
+			res.Leases[job.ID] = lease
+		}
+		// The worker acks and drops an entry refused as not due. Such an entry is stale (the
+		// job failed back to pending after it was published): hand the job back to the
+		// dispatcher, which publishes it when due, so no dropped entry can strand it.
+		if err := clearNotDue(ctx, tx, res.Refused, byID, now); err != nil {
+			return err
+		}
+		if err := tx.LeaseInsert(ctx, granted); err != nil {
+			return err
 		}
 		if err := tx.AuditInsert(ctx, events); err != nil {
 			return err
@@ -69,6 +98,62 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
 	}
 	return res, nil
+}
+
+// candidate is a job a claim may take, with the entry that asked for it.
+type candidate struct {
+	job  *store.Job
+	item ClaimItem
+}
+
+// claimable sorts the entries of a claim into refusals (written to res) and the jobs to take,
+// in request order, each once; gpuJobs reports whether any of them needs a GPU.
+func (e *Engine) claimable(items []ClaimItem, byID map[string]*store.Job, now time.Time, res *ClaimResult) (out []candidate, gpuJobs bool) {
+	taken := make(map[string]bool, len(items))
+	for _, it := range items {
+		job, ok := byID[it.JobID]
+		switch {
+		case !ok:
+			res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedNotFound})
+		case job.Status != store.JobPending || taken[it.JobID]:
+			res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedNotPending})
+		case job.AvailableAt.After(now):
+			res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedNotDue})
+		default:
+			taken[it.JobID] = true
+			out = append(out, candidate{job: job, item: it})
+			gpuJobs = gpuJobs || job.GPUMemoryMB > 0
+		}
+	}
+	return out, gpuJobs
+}
+
+// clearNotDue clears the outbox flag of the enqueued jobs refused as not due.
+func clearNotDue(ctx context.Context, tx store.Tx, refused []Refusal, byID map[string]*store.Job, now time.Time) error {
+	var ids []string
+	for _, r := range refused {
+		if j := byID[r.JobID]; r.Reason == RefusedNotDue && j != nil && j.Enqueued {
+			ids = append(ids, r.JobID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.JobClearEnqueued(ctx, store.JobPending, ids, now)
+	return err
+}
+
+// leaseParams is the lease of one attempt of job by the claiming worker: a gpu lease of the
+// job's memory on the worker's node, or a cpu lease; held for the job's agent.
+func (e *Engine) leaseParams(job *store.Job, p ClaimParams, attempt int) leases.GrantParams {
+	meta, _ := json.Marshal(map[string]any{"worker_id": p.WorkerID, "pool_id": p.PoolID, "attempt": attempt})
+	lp := leases.GrantParams{
+		Agent: job.Agent, JobID: job.ID, NodeID: p.NodeID, Mode: store.LeaseCPU, Metadata: meta,
+	}
+	if job.GPUMemoryMB > 0 {
+		lp.Mode, lp.MemoryMB = store.LeaseGPU, int64(job.GPUMemoryMB)
+	}
+	return lp
 }
 
 // Start records that the handlers of claimed jobs began (claimed → running). Jobs that are not

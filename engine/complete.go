@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 )
 
 // Complete records the outcomes of attempts in one transaction. A result counts only while the
-// job is still this worker's attempt (claimed or running, same worker, same attempt number);
-// otherwise it is stale and ignored, so a worker that lost its job cannot overwrite it. A failed
-// attempt goes back to pending with backoff while attempts remain and is dead-lettered otherwise
-// (or at once when the handler marked the error non-retryable).
+// job is still this worker's attempt (claimed or running, same worker, same attempt number, same
+// lease); otherwise it is stale and ignored, so a worker that lost its job cannot overwrite it.
+// A result carrying a lease that expired is refused as lease_expired: its worker went quiet past
+// the TTL, and the job is (or is about to be) rescued and run by another. A failed attempt goes
+// back to pending with backoff while attempts remain and is dead-lettered otherwise (or at once
+// when the handler marked the error non-retryable). The attempt's lease is released in the same
+// transaction as the job's new state.
 func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult, error) {
 	if p.WorkerID == "" {
 		return CompleteResult{}, invalid("worker_id", "is required")
@@ -23,23 +27,53 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
 		res = CompleteResult{Outcomes: make([]Outcome, 0, len(p.Results))}
 		ids := make([]string, 0, len(p.Results))
+		tokens := make([]string, 0, len(p.Results))
 		for _, r := range p.Results {
 			ids = append(ids, r.JobID)
+			tokens = append(tokens, r.LeaseToken)
 		}
+		// Jobs first, then leases: the lock order of every transaction that writes both.
 		byID, err := jobsByID(ctx, tx, ids, true)
 		if err != nil {
 			return err
 		}
-		events := make([]store.AuditEvent, 0, 2*len(p.Results))
+		held, err := leasesByToken(ctx, tx, tokens)
+		if err != nil {
+			return err
+		}
+		events := make([]store.AuditEvent, 0, 3*len(p.Results))
+		actor := "worker:" + p.WorkerID
 		for _, r := range p.Results {
 			job, ok := byID[r.JobID]
-			if !ok || !e.ownsAttempt(job, p.WorkerID, r) {
-				st := store.JobStatus("")
-				if ok {
-					st = job.Status
-				}
-				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeStale, Status: st})
+			lease := held[r.LeaseToken]
+			if lease != nil && lease.JobID != r.JobID {
+				lease = nil // a token of another job proves nothing about this one
+			}
+			if lease != nil && leaseExpired(lease, now) {
+				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeLeaseExpired, Status: statusOf(job, ok)})
 				continue
+			}
+			if !ok || !e.ownsAttempt(job, p.WorkerID, r) {
+				// A live lease that is not the job's current one (the job was cancelled, or
+				// settled otherwise) is of no use to anyone any more.
+				if lease != nil && lease.Status == store.LeaseActive && (!ok || job.LeaseToken != lease.Token) {
+					ev, err := leases.Transition(ctx, tx, lease, store.LeaseReleased, now, actor,
+						map[string]any{"reason": "stale result"})
+					if err != nil {
+						return err
+					}
+					events = append(events, ev)
+				}
+				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeStale, Status: statusOf(job, ok)})
+				continue
+			}
+			if lease != nil && lease.Status == store.LeaseActive {
+				ev, err := leases.Transition(ctx, tx, lease, store.LeaseReleased, now, actor,
+					map[string]any{"attempt": job.Attempts, "done": r.Done})
+				if err != nil {
+					return err
+				}
+				events = append(events, ev)
 			}
 			evs, outcome, err := e.finish(ctx, tx, job, p.WorkerID, r, now)
 			if err != nil {
@@ -58,6 +92,32 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		return CompleteResult{}, fmt.Errorf("complete jobs: %w", err)
 	}
 	return res, nil
+}
+
+// leaseExpired reports whether a lease has expired: the purger marked it, or its expiry passed
+// without a heartbeat and the purger has not come round yet. Either way its holder lost it.
+func leaseExpired(l *store.Lease, now time.Time) bool {
+	return l.Status == store.LeaseExpired || (l.Status == store.LeaseActive && !l.ExpiresAt.After(now))
+}
+
+// leasesByToken loads and locks the existing leases among tokens.
+func leasesByToken(ctx context.Context, tx store.Executor, tokens []string) (map[string]*store.Lease, error) {
+	got, err := tx.LeaseGetMany(ctx, tokens, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*store.Lease, len(got))
+	for i := range got {
+		out[got[i].Token] = &got[i]
+	}
+	return out, nil
+}
+
+func statusOf(job *store.Job, ok bool) store.JobStatus {
+	if !ok {
+		return ""
+	}
+	return job.Status
 }
 
 // ownsAttempt reports whether r is the result of the job's current attempt by this worker.

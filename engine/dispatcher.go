@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/internal/startstop"
+	"github.com/gpuorch/orchestrator/tracing"
 )
 
 // Dispatcher defaults.
@@ -24,6 +25,8 @@ type DispatcherConfig struct {
 	Batch int
 	// Stagger delays the first pass randomly (off in tests).
 	Stagger bool
+	// Fence guards the enqueued marks of a leader (nil: none).
+	Fence Fence
 }
 
 // Dispatcher is the outbox relay: it publishes every due pending job that is not enqueued (a
@@ -76,7 +79,9 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 		if len(jobs) == 0 {
 			return total, nil
 		}
-		n, err := d.engine.publish(ctx, jobs)
+		pctx, span := tracing.Start(ctx, "engine.dispatch")
+		n, err := d.engine.publishFenced(pctx, jobs, d.cfg.Fence)
+		tracing.End(span, err)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("publish %d jobs: %w", len(jobs), err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -35,6 +36,8 @@ type Engine struct {
 	cfg     *config.Config
 	now     func() time.Time
 	log     *slog.Logger
+	leases  *leases.Manager
+	fence   Fence
 }
 
 // Options are optional dependencies of New.
@@ -43,6 +46,12 @@ type Options struct {
 	Now func() time.Time
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+	// Fence guards the leader-only writes of Rescue and the lease purger (nil: none); the
+	// leader wiring checks the leadership term with it.
+	Fence Fence
+	// Observer is told about every committed job status change (nil: none); the metrics
+	// count jobs and time their waits and runs with it.
+	Observer Observer
 }
 
 // New returns an Engine over the store and streams, for the job types of cfg.
@@ -57,8 +66,22 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 	if e.now == nil {
 		e.now = time.Now
 	}
+	e.fence = opts.Fence
+	lm, err := leases.New(st, leases.ConfigFrom(cfg), leases.Options{Now: e.now, Logger: opts.Logger, NodeID: cfg.NodeID})
+	if err != nil {
+		// config.Validate refuses such settings; a configuration built by hand falls back.
+		e.log.Error("invalid lease settings; using the defaults", "error", err)
+		lm, _ = leases.New(st, leases.Config{}, leases.Options{Now: e.now, Logger: opts.Logger, NodeID: cfg.NodeID})
+	}
+	e.leases = lm
+	if opts.Observer != nil {
+		e.store = &observedStore{Store: st, obs: opts.Observer}
+	}
 	return e
 }
+
+// Leases returns the lease manager the engine places job leases with.
+func (e *Engine) Leases() *leases.Manager { return e.leases }
 
 // Store returns the engine's store (for readiness checks and the dispatcher).
 func (e *Engine) Store() store.Store { return e.store }

@@ -86,6 +86,14 @@ func (b *bundle) claim(t *testing.T, worker string, ids ...string) engine.ClaimR
 	return res
 }
 
+// lease reads a lease by token.
+func (b *bundle) lease(t *testing.T, token string) store.Lease {
+	t.Helper()
+	l, err := b.store.LeaseGet(context.Background(), token, false)
+	require.NoError(t, err)
+	return l
+}
+
 func (b *bundle) auditTypes(t *testing.T, jobID string) []string {
 	t.Helper()
 	evs, err := b.store.AuditList(context.Background(), store.AuditListParams{JobID: jobID, Limit: 100})
@@ -202,7 +210,7 @@ func TestClaim(t *testing.T) {
 			{JobID: a.ID, Reason: engine.RefusedNotPending},
 			{JobID: c.ID, Reason: engine.RefusedNotPending},
 		}, res.Refused)
-		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed"}, b.auditTypes(t, a.ID))
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted"}, b.auditTypes(t, a.ID))
 	})
 
 	t.Run("ConcurrentClaimsOneWinner", func(t *testing.T) {
@@ -236,12 +244,12 @@ func TestComplete(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		job := b.submit(t, "noop")
-		b.claim(t, "w1", job.ID)
+		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
 		cancel, err := b.eng.Start(ctx, engine.StartParams{WorkerID: "w1", JobIDs: []string{job.ID}})
 		require.NoError(t, err)
 		require.Empty(t, cancel)
 		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
-			{JobID: job.ID, Attempt: 1, Done: true, Output: json.RawMessage(`{"ok":true}`)},
+			{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true, Output: json.RawMessage(`{"ok":true}`)},
 		}})
 		require.NoError(t, err)
 		require.Equal(t, []engine.Outcome{{JobID: job.ID, Outcome: engine.OutcomeDone, Status: store.JobDone}}, res.Outcomes)
@@ -251,38 +259,41 @@ func TestComplete(t *testing.T) {
 		require.JSONEq(t, `{"ok":true}`, string(got.Result))
 		require.NotNil(t, got.StartedAt)
 		require.NotNil(t, got.FinishedAt)
-		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "job.claimed->running", "job.running->done"}, b.auditTypes(t, job.ID))
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted", "job.claimed->running",
+			"lease.released", "job.running->done"}, b.auditTypes(t, job.ID))
+		require.Equal(t, store.LeaseReleased, b.lease(t, tok).Status, "completion releases the lease")
 
 		// A second report of the same attempt changes nothing.
-		res, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, Done: true}}})
+		res, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true}}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeStale, res.Outcomes[0].Outcome)
-		require.Len(t, b.auditTypes(t, job.ID), 4)
+		require.Len(t, b.auditTypes(t, job.ID), 6)
 	})
 
 	t.Run("DoneWithoutStartRecordsStart", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		job := b.submit(t, "noop")
-		b.claim(t, "w1", job.ID)
-		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, Done: true}}})
+		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
+		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true}}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeDone, res.Outcomes[0].Outcome)
-		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "job.claimed->running", "job.running->done"}, b.auditTypes(t, job.ID))
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted", "lease.released",
+			"job.claimed->running", "job.running->done"}, b.auditTypes(t, job.ID))
 	})
 
 	t.Run("StaleFromOtherWorkerOrAttempt", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		job := b.submit(t, "noop")
-		b.claim(t, "w1", job.ID)
+		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
 		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w2", Results: []engine.Result{
-			{JobID: job.ID, Attempt: 1, Done: true},
+			{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true},
 		}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeStale, res.Outcomes[0].Outcome)
 		res, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
-			{JobID: job.ID, Attempt: 7, Done: true},
+			{JobID: job.ID, Attempt: 7, LeaseToken: tok, Done: true},
 		}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeStale, res.Outcomes[0].Outcome)
@@ -296,9 +307,9 @@ func TestComplete(t *testing.T) {
 		b := setup(t)
 		disp := engine.NewDispatcher(b.eng, engine.DispatcherConfig{})
 		job := b.submit(t, "noop") // max_attempts 2
-		b.claim(t, "w1", job.ID)
+		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
 		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
-			{JobID: job.ID, Attempt: 1, Error: "boom"},
+			{JobID: job.ID, Attempt: 1, LeaseToken: tok, Error: "boom"},
 		}})
 		require.NoError(t, err)
 		require.Equal(t, engine.Outcome{JobID: job.ID, Outcome: engine.OutcomeRetry, Status: store.JobPending}, res.Outcomes[0])
@@ -334,7 +345,7 @@ func TestComplete(t *testing.T) {
 		require.Len(t, res2.Claimed, 1)
 		require.Equal(t, 2, res2.Claimed[0].Attempts)
 		res, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w2", Results: []engine.Result{
-			{JobID: job.ID, Attempt: 2, Error: "boom again"},
+			{JobID: job.ID, Attempt: 2, LeaseToken: res2.Claimed[0].LeaseToken, Error: "boom again"},
 		}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeDeadLetter, res.Outcomes[0].Outcome)
@@ -346,9 +357,9 @@ func TestComplete(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		job := b.submit(t, "noop")
-		b.claim(t, "w1", job.ID)
+		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
 		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
-			{JobID: job.ID, Attempt: 1, Error: "bad input", NonRetryable: true},
+			{JobID: job.ID, Attempt: 1, LeaseToken: tok, Error: "bad input", NonRetryable: true},
 		}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeDeadLetter, res.Outcomes[0].Outcome)
@@ -374,19 +385,19 @@ func TestCancel(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		job, other := b.submit(t, "noop"), b.submit(t, "noop")
-		b.claim(t, "w1", job.ID, other.ID)
+		claimed := b.claim(t, "w1", job.ID, other.ID)
 		_, err := b.eng.Start(ctx, engine.StartParams{WorkerID: "w1", JobIDs: []string{job.ID, other.ID}})
 		require.NoError(t, err)
 		_, err = b.eng.Cancel(ctx, job.ID, "admin:test")
 		require.NoError(t, err)
 		res, err := b.eng.Complete(ctx, engine.CompleteParams{
 			WorkerID: "w1",
-			Results:  []engine.Result{{JobID: other.ID, Attempt: 1, Done: true}},
+			Results:  []engine.Result{{JobID: other.ID, Attempt: 1, LeaseToken: claimed.Leases[other.ID].Token, Done: true}},
 			InFlight: []string{job.ID},
 		})
 		require.NoError(t, err)
 		require.Equal(t, []string{job.ID}, res.Cancel)
-		res, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, Done: true}}})
+		res, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, LeaseToken: claimed.Leases[job.ID].Token, Done: true}}})
 		require.NoError(t, err)
 		require.Equal(t, engine.Outcome{JobID: job.ID, Outcome: engine.OutcomeStale, Status: store.JobCancelled}, res.Outcomes[0])
 	})

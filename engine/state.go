@@ -72,6 +72,7 @@ func transition(ctx context.Context, tx store.Executor, c change) (store.AuditEv
 		return store.AuditEvent{}, fmt.Errorf("job %s %s -> %s: %w", c.job.ID, from, to, err)
 	}
 	applyUpdate(c.job, c.update)
+	recordTransition(tx, from, c.job, c.update.Now)
 	ev := store.AuditEvent{
 		TS:         c.update.Now,
 		EventType:  TransitionEvent(from, to),

@@ -10,9 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/tracing"
 )
 
 // Submit limits.
@@ -91,6 +95,29 @@ func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, e
 // publish XADDs one entry per job and marks the jobs enqueued for their current attempt count.
 // It returns how many jobs it published.
 func (e *Engine) publish(ctx context.Context, jobs []store.Job) (int, error) {
+	return e.publishFenced(ctx, jobs, nil)
+}
+
+// publishFenced is publish whose enqueued marks are a leader-only write behind fence (nil: no
+// fencing). The XADD itself cannot be fenced; a stale leader's extra entry is a harmless
+// duplicate, but its mark must not land.
+func (e *Engine) publishFenced(ctx context.Context, jobs []store.Job, fence Fence) (int, error) {
+	return e.publishWith(ctx, jobs, fence, true)
+}
+
+// publishUnmarked XADDs entries for jobs without touching their outbox flag: for jobs that are
+// claimed or running, whose row may move on (fail, go back to pending with backoff) before a
+// mark could land, and a mark would then hide that retry from the dispatcher.
+func (e *Engine) publishUnmarked(ctx context.Context, jobs []store.Job) (int, error) {
+	return e.publishWith(ctx, jobs, nil, false)
+}
+
+// publishWith publishes jobs and, when mark is set, marks them enqueued behind fence.
+func (e *Engine) publishWith(ctx context.Context, jobs []store.Job, fence Fence, markThem bool) (_ int, err error) {
+	ctx, span := tracing.Start(ctx, "engine.publish", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.Int("jobs", len(jobs))))
+	defer func() { tracing.End(span, err) }()
+	traceParent := tracing.TraceParent(ctx) // the entries carry the trace to the workers
 	msgs := make([]streams.Message, 0, len(jobs))
 	for _, j := range jobs {
 		jt := e.cfg.JobType(j.Type)
@@ -98,17 +125,26 @@ func (e *Engine) publish(ctx context.Context, jobs []store.Job) (int, error) {
 			e.log.Error("job of an unconfigured type cannot be published", "job_id", j.ID, "type", j.Type)
 			continue
 		}
-		msgs = append(msgs, streams.Message{Stream: jt.Stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts})
+		msgs = append(msgs, streams.Message{Stream: jt.Stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts, TraceParent: traceParent})
 	}
 	ids, err := e.streams.Publish(ctx, msgs)
-	if err != nil {
-		return 0, err
+	if err != nil || !markThem {
+		return len(ids), err
 	}
 	marks := make([]store.JobEnqueued, len(msgs))
 	for i, m := range msgs {
 		marks[i] = store.JobEnqueued{ID: m.JobID, Attempts: m.Attempt, StreamID: ids[i]}
 	}
-	if _, err := e.store.JobMarkEnqueued(ctx, marks); err != nil {
+	mark := func(x store.Executor) error {
+		_, err := x.JobMarkEnqueued(ctx, marks)
+		return err
+	}
+	if fence != nil {
+		err = e.fenced(ctx, fence, func(tx store.Tx) error { return mark(tx) })
+	} else {
+		err = mark(e.store)
+	}
+	if err != nil {
 		return len(msgs), fmt.Errorf("mark %d jobs enqueued: %w", len(marks), err)
 	}
 	return len(msgs), nil

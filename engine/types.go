@@ -46,12 +46,17 @@ const (
 type Refusal struct {
 	JobID  string
 	Reason string
+	// Detail says more about a retry_later: the lease denial's reason (no_capacity,
+	// node_unknown, telemetry_stale).
+	Detail string
 }
 
 // ClaimResult answers a claim: the claimed jobs (status claimed, attempts incremented), the
 // refused ones, and the in-flight jobs to cancel.
 type ClaimResult struct {
 	Claimed []store.Job
+	// Leases are the leases of the claimed jobs, by job id.
+	Leases  map[string]store.Lease
 	Refused []Refusal
 	Cancel  []string
 }
@@ -86,6 +91,10 @@ const (
 	OutcomeRetry      = "retry"
 	OutcomeDeadLetter = "dead_letter"
 	OutcomeStale      = "stale"
+	// OutcomeLeaseExpired: not recorded, because the result carries a lease that expired: its
+	// worker went quiet past the TTL and the job was rescued (or is about to be). A zombie
+	// worker's late result must never overwrite the rescued job.
+	OutcomeLeaseExpired = "lease_expired"
 )
 
 // Outcome says what a completion did to one job.

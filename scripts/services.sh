@@ -35,6 +35,11 @@ if ! mysql -h127.0.0.1 -uroot --connect-timeout=2 -e 'SELECT 1' >/dev/null 2>&1;
   say "  ORCH_MYSQL_DSN='orch:orch@tcp(127.0.0.1:3306)/orchestrator?parseTime=true' ORCH_TEST_MYSQL_DSN='orch:orch@tcp(127.0.0.1:3306)/'"
 fi
 
+# The test suites run several orchestrators and workers at once, each with its own pool: lift
+# the stock limit of 151 connections (a runtime setting; it resets when the server restarts).
+as_root mysql -uroot -e "SET GLOBAL max_connections = GREATEST(@@max_connections, 1000)" >/dev/null 2>&1 ||
+  mysql -h127.0.0.1 -uroot -e "SET GLOBAL max_connections = GREATEST(@@max_connections, 1000)" >/dev/null 2>&1 || true
+
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   say "starting Redis"
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no >/dev/null

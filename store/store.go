@@ -167,6 +167,12 @@ type AuditListParams struct {
 type Executor interface {
 	JobExecutor
 	AuditExecutor
+	LeaderExecutor
+	MaintenanceExecutor
+	LeaseExecutor
+	GPUExecutor
+	AdmissionExecutor
+	PoolExecutor
 }
 
 // JobExecutor is the operations on orchestrator_jobs.

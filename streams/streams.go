@@ -16,6 +16,9 @@ const (
 	fieldJobID   = "job_id"
 	fieldType    = "type"
 	fieldAttempt = "attempt"
+	// fieldTraceParent is the W3C trace context of the publisher (package tracing), so that
+	// one trace covers the submit and the worker's run.
+	fieldTraceParent = "traceparent"
 )
 
 // Client wraps a go-redis client with the orchestrator's stream operations.
@@ -62,6 +65,8 @@ type Message struct {
 	JobID   string
 	Type    string
 	Attempt int // the job's attempts at publication (what the next claim will find)
+	// TraceParent is the W3C traceparent of the publishing span; empty: none.
+	TraceParent string
 }
 
 // Publish appends every message to its stream in one pipeline and returns the entry IDs in order.
@@ -74,10 +79,11 @@ func (c *Client) Publish(ctx context.Context, msgs []Message) ([]string, error) 
 	pipe := c.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(msgs))
 	for i, m := range msgs {
-		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{
-			Stream: c.StreamKey(m.Stream),
-			Values: []any{fieldJobID, m.JobID, fieldType, m.Type, fieldAttempt, strconv.Itoa(m.Attempt)},
-		})
+		values := []any{fieldJobID, m.JobID, fieldType, m.Type, fieldAttempt, strconv.Itoa(m.Attempt)}
+		if m.TraceParent != "" {
+			values = append(values, fieldTraceParent, m.TraceParent)
+		}
+		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: c.StreamKey(m.Stream), Values: values})
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("publish %d entries: %w", len(msgs), err)
@@ -108,6 +114,8 @@ type Delivery struct {
 	Type   string
 	// Attempt is the attempt count at publication; -1 when the entry did not carry one.
 	Attempt int
+	// TraceParent is the publisher's W3C trace context; empty when the entry carries none.
+	TraceParent string
 }
 
 // ReadParams select what Read waits for. Every stream is read through Group.
@@ -157,6 +165,7 @@ func (c *Client) delivery(stream, group string, m redis.XMessage) Delivery {
 	d := Delivery{Stream: stream, Group: group, ID: m.ID, Attempt: -1}
 	d.JobID, _ = m.Values[fieldJobID].(string)
 	d.Type, _ = m.Values[fieldType].(string)
+	d.TraceParent, _ = m.Values[fieldTraceParent].(string)
 	if a, ok := m.Values[fieldAttempt].(string); ok {
 		if n, err := strconv.Atoi(a); err == nil {
 			d.Attempt = n

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/telemetry"
 )
 
 // API is the part of the orchestrator's API a worker calls. *client.Client implements it; tests
@@ -19,6 +20,7 @@ type API interface {
 	Claim(ctx context.Context, req client.ClaimRequest) (client.ClaimResponse, error)
 	Start(ctx context.Context, req client.StartRequest) (client.StartResponse, error)
 	Complete(ctx context.Context, req client.CompleteRequest) (client.CompleteResponse, error)
+	RenewLeases(ctx context.Context, req client.RenewRequest) (client.RenewResponse, error)
 }
 
 // Runtime defaults.
@@ -39,6 +41,13 @@ const (
 	// TouchIntervalDefault is how often the entries of running jobs get their idle time reset,
 	// well below config.ClaimIdleDefault so the reclaimer leaves them alone.
 	TouchIntervalDefault = config.ClaimIdleDefault / 3
+	// LeaseTTLDefault is the lease TTL the renew interval is derived from until a claim says
+	// otherwise (each claimed job carries its lease's TTL).
+	LeaseTTLDefault = config.LeaseTTLDefault
+	// TelemetryIntervalDefault is the longest time between two telemetry reports.
+	TelemetryIntervalDefault = config.TelemetryPollIntervalDefault
+	// renewIntervalMin bounds how often the renewer calls, whatever the TTLs.
+	renewIntervalMin = 10 * time.Millisecond
 )
 
 // Config configures a Worker. Zero durations and sizes take the defaults above or of config.
@@ -66,6 +75,16 @@ type Config struct {
 	Registry *Registry
 	// Logger is the base logger (default slog.Default()).
 	Logger *slog.Logger
+	// Metrics records what the handlers run (nil: nothing is recorded).
+	Metrics *Metrics
+	// Registrar registers the worker, carries its heartbeats and brings back the
+	// orchestrator's drain and stop orders (worker/registry.go). Nil: the worker does not
+	// register (tests, dev mode's in-process worker).
+	Registrar Registrar
+	// HeartbeatInterval is how often the worker heartbeats until its registration says
+	// otherwise (HeartbeatIntervalDefault); Hostname is reported (default os.Hostname()).
+	HeartbeatInterval time.Duration
+	Hostname          string
 	// ShutdownGrace is how long in-flight jobs may run on after shutdown began before they are
 	// cancelled (config.ShutdownGraceDefault).
 	ShutdownGrace time.Duration
@@ -79,9 +98,20 @@ type Config struct {
 	RetryMax time.Duration
 	// RetryLaterDelay pauses a reader after a retry_later refusal (RetryLaterDelayDefault).
 	RetryLaterDelay time.Duration
-	// TouchInterval is how often running jobs' entries are touched (TouchIntervalDefault);
-	// negative disables it.
+	// TouchInterval is the longest time between two resets of the idle time of in-flight jobs'
+	// entries (TouchIntervalDefault); the renewer touches them on every renewal. Negative: no cap.
 	TouchInterval time.Duration
+	// LeaseTTL is the lease TTL assumed until claims say otherwise (LeaseTTLDefault). The
+	// renewer renews every lease every TTL/3 (the shortest TTL of the leases held).
+	LeaseTTL time.Duration
+	// Telemetry reads the node's GPUs; each renewal carries a snapshot, at least every
+	// TelemetryInterval. Nil: the worker reports none (the node's GPUs are reported by another
+	// process, or it has none). Simulated GPUs follow the node's reservations as the
+	// orchestrator reports them.
+	Telemetry telemetry.Provider
+	// TelemetryInterval is the longest time between two telemetry reports
+	// (TelemetryIntervalDefault); it must stay below the orchestrator's telemetry freshness.
+	TelemetryInterval time.Duration
 }
 
 func (c *Config) fill() {
@@ -97,6 +127,9 @@ func (c *Config) fill() {
 	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
 	c.RetryLaterDelay = cmp.Or(c.RetryLaterDelay, RetryLaterDelayDefault)
 	c.TouchInterval = cmp.Or(c.TouchInterval, TouchIntervalDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
+	c.TelemetryInterval = cmp.Or(c.TelemetryInterval, TelemetryIntervalDefault)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
 }
 
 func (c *Config) validate() error {
@@ -116,6 +149,9 @@ func (c *Config) validate() error {
 	}
 	if c.Block < time.Millisecond {
 		bad("block must be at least 1ms (a zero BLOCK would wait forever)")
+	}
+	if c.LeaseTTL <= 0 || c.TelemetryInterval <= 0 {
+		bad("lease ttl and telemetry interval must be positive")
 	}
 	if c.RetryMax < c.RetryMin {
 		bad("retry max %s is below retry min %s", c.RetryMax, c.RetryMin)

@@ -39,8 +39,9 @@ type Job struct {
 }
 
 // JobEnv returns the environment a job's process gets from the runtime. CUDA_VISIBLE_DEVICES is
-// set to the leased GPU, and to "" (no GPU visible) for a job leased as a CPU job, so a process
-// can never use a GPU it holds no lease on.
+// set to the leased GPU (with CUDA_DEVICE_ORDER=PCI_BUS_ID, the order of the lease's NVML index),
+// and to "" (no GPU visible) for a job leased as a CPU job, so a process can never use a GPU it
+// holds no lease on.
 func JobEnv(j Job) map[string]string {
 	env := map[string]string{
 		"ORCH_JOB_ID":      j.ID,
@@ -52,6 +53,9 @@ func JobEnv(j Job) map[string]string {
 	}
 	if j.GPUIndex != nil {
 		env["CUDA_VISIBLE_DEVICES"] = strconv.Itoa(*j.GPUIndex)
+		// Lease indexes are NVML's, which follow the PCI bus; CUDA's default order is
+		// fastest first, which may number the same GPUs differently.
+		env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 	}
 	return env
 }

@@ -184,4 +184,9 @@ func TestJobEnv(t *testing.T) {
 	require.Equal(t, map[string]string{
 		"ORCH_JOB_ID": "j", "ORCH_JOB_ATTEMPT": "1", "ORCH_LEASE_TOKEN": "l", "CUDA_VISIBLE_DEVICES": "",
 	}, JobEnv(Job{ID: "j", Attempt: 1, LeaseToken: "l"}), "a CPU lease hides the GPUs")
+	gpu := 3
+	require.Equal(t, map[string]string{
+		"ORCH_JOB_ID": "j", "ORCH_JOB_ATTEMPT": "2", "ORCH_LEASE_TOKEN": "l", "CUDA_VISIBLE_DEVICES": "3",
+		"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+	}, JobEnv(Job{ID: "j", Attempt: 2, LeaseToken: "l", GPUIndex: &gpu}), "a GPU lease shows its GPU, in NVML's order")
 }

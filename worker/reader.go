@@ -69,7 +69,7 @@ func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Deli
 			continue
 		}
 		if _, dup := byJob[d.JobID]; !dup {
-			items = append(items, client.ClaimItem{JobID: d.JobID, Stream: d.Stream, MessageID: d.ID})
+			items = append(items, client.ClaimItem{JobID: d.JobID, Stream: d.Stream, MessageID: d.ID, TraceParent: d.TraceParent})
 		}
 		// Duplicate entries of one job ride along and are acked with it.
 		byJob[d.JobID] = append(byJob[d.JobID], d)
@@ -109,6 +109,7 @@ func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Deli
 		}
 		claimed[cj.JobID] = true
 		w.startJob(t, cj, mine)
+		w.claimed.Add(1)
 	}
 	for _, rf := range resp.Refused {
 		mine := byJob[rf.JobID]

@@ -2,7 +2,8 @@ package worker
 
 import (
 	"context"
-	"time"
+	"errors"
+	"net/http"
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/streams"
@@ -37,11 +38,13 @@ func (w *Worker) flushStarts(ctx context.Context, runs []*run) {
 // flushResults reports one batch of results, then acks the jobs' entries and frees their slots.
 // While the worker runs a result is never dropped: failed calls are retried with backoff, and a
 // batch the API refuses as a whole (a 4xx) is split until the refused result is alone, so one
-// bad result cannot hold the others back.
+// bad result cannot hold the others back. The one refusal that drops results is an expired
+// lease (409 lease_expired for the whole call, or the lease_expired outcome of one result):
+// this worker lost those jobs to a rescue, and another worker runs them now.
 func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 	var resp client.CompleteResponse
 	err := w.retry(ctx, "report job results",
-		func(err error) bool { return len(runs) > 1 && isPermanentAPIError(err) },
+		func(err error) bool { return isLeaseExpired(err) || (len(runs) > 1 && isPermanentAPIError(err)) },
 		func(ctx context.Context) error {
 			req := client.CompleteRequest{WorkerID: w.cfg.WorkerID, Results: make([]client.JobResult, len(runs)),
 				InFlight: w.runningIDs()}
@@ -53,6 +56,12 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 			return err
 		})
 	switch {
+	case isLeaseExpired(err):
+		for _, r := range runs {
+			w.log.Warn("result refused: the job's lease expired and the job was handed to another worker; dropping it",
+				"job_id", r.job.ID, "attempt", r.job.Attempt, "lease_token", r.job.LeaseToken)
+		}
+		resp = client.CompleteResponse{}
 	case err != nil && ctx.Err() == nil:
 		w.log.Warn("result batch refused; splitting it", "error", err, "results", len(runs))
 		w.flushResults(ctx, runs[:len(runs)/2])
@@ -70,10 +79,14 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 	}
 	w.cancelJobs(resp.Cancel)
 	for _, o := range resp.Outcomes {
-		if o.Outcome == client.OutcomeStale {
+		switch o.Outcome {
+		case client.OutcomeStale:
 			w.log.Info("result not recorded: the job is no longer this worker's attempt", "job_id", o.JobID,
 				"status", o.Status)
-		} else {
+		case client.OutcomeLeaseExpired:
+			w.log.Warn("result refused: the job's lease expired and the job was handed to another worker; dropping it",
+				"job_id", o.JobID, "status", o.Status)
+		default:
 			w.log.Debug("result recorded", "job_id", o.JobID, "outcome", o.Outcome, "status", o.Status)
 		}
 	}
@@ -85,37 +98,21 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 	w.releaseRuns(runs)
 }
 
-func (w *Worker) releaseRuns(runs []*run) {
-	n := 0
-	for _, r := range runs {
-		n += len(r.deliveries)
-	}
-	w.slots.release(n)
+// isLeaseExpired reports the API's refusal of a completion whose every result carries an
+// expired lease.
+func isLeaseExpired(err error) bool {
+	var apiErr *client.APIError
+	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusConflict && apiErr.Code == client.CodeLeaseExpired
 }
 
-// touchLoop resets the idle time of running jobs' entries every TouchInterval, so the reclaimer
-// (which looks at entries idle past the claim-idle threshold) leaves long jobs alone.
-func (w *Worker) touchLoop(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
-	if w.cfg.TouchInterval <= 0 {
-		return
+// releaseRuns ends the runs: their slots come back and their leases are no longer renewed.
+func (w *Worker) releaseRuns(runs []*run) {
+	n := 0
+	w.mu.Lock()
+	for _, r := range runs {
+		n += len(r.deliveries)
+		delete(w.held, r)
 	}
-	t := time.NewTicker(w.cfg.TouchInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		w.mu.Lock()
-		var ds []streams.Delivery
-		for _, r := range w.running {
-			ds = append(ds, r.deliveries...)
-		}
-		w.mu.Unlock()
-		if err := w.cfg.Streams.Touch(ctx, w.cfg.WorkerID, ds); err != nil && ctx.Err() == nil {
-			w.log.Warn("touch running entries failed", "error", err, "count", len(ds))
-		}
-	}
+	w.mu.Unlock()
+	w.slots.release(n)
 }

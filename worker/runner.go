@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuorch/orchestrator/client"
@@ -27,6 +28,10 @@ type run struct {
 	started chan struct{}
 	result  client.JobResult
 	began   time.Time
+	// leaseTTL is the TTL of the job's lease (0: unknown); the renewer renews every third of it.
+	leaseTTL time.Duration
+	// leaseGone is set once a renewal said the lease is gone: it is not renewed any more.
+	leaseGone atomic.Bool
 }
 
 // startJob starts the handler of a claimed job in its own goroutine and queues its start report.
@@ -47,9 +52,11 @@ func (w *Worker) startJob(t *config.JobType, cj client.ClaimedJob, ds []streams.
 	}
 	job.Env = JobEnv(job)
 	ctx, cancel := context.WithCancelCause(w.handlerCtx)
-	r := &run{job: job, deliveries: ds, cancel: cancel, started: make(chan struct{}), began: time.Now()}
+	r := &run{job: job, deliveries: ds, cancel: cancel, started: make(chan struct{}), began: time.Now(),
+		leaseTTL: time.Duration(cj.LeaseTTL)}
 
 	w.mu.Lock()
+	w.held[r] = struct{}{}
 	if old, dup := w.running[job.ID]; dup {
 		// The API claimed a job this worker still runs: the old attempt is stale, stop it.
 		w.log.Warn("job claimed again while running; cancelling the older attempt", "job_id", job.ID,
@@ -69,7 +76,8 @@ func (w *Worker) startJob(t *config.JobType, cj client.ClaimedJob, ds []streams.
 // reported.
 func (w *Worker) execute(ctx context.Context, r *run) {
 	defer w.jobs.Done()
-	log := w.log.With("job_id", r.job.ID, "attempt", r.job.Attempt, "job_type", r.job.Type)
+	ctx, span := w.startRun(ctx, r)
+	log := w.log.With("job_id", r.job.ID, "attempt", r.job.Attempt, "job_type", r.job.Type, "lease_token", r.job.LeaseToken)
 	log.Debug("job started")
 	jctx, cancelTimeout := context.WithTimeout(ctx, r.job.Timeout)
 	out, err := w.callHandler(jctx, r.job)
@@ -91,12 +99,13 @@ func (w *Worker) execute(ctx context.Context, r *run) {
 	took := time.Since(r.began)
 	if err == nil {
 		r.result.Status = client.ResultDone
-		log.Debug("job done", "took_seconds", took.Seconds())
+		log.DebugContext(ctx, "job done", "took_seconds", took.Seconds())
 	} else {
 		r.result.Status = client.ResultFailed
 		r.result.Error, r.result.NonRetryable = failureText(err, cause, r.job.Timeout)
-		log.Info("job failed", "took_seconds", took.Seconds(), "error", r.result.Error, "non_retryable", r.result.NonRetryable)
+		log.InfoContext(ctx, "job failed", "took_seconds", took.Seconds(), "error", r.result.Error, "non_retryable", r.result.NonRetryable)
 	}
+	w.endRun(ctx, span, r, took)
 	<-r.started
 	w.results.Add(r)
 }
@@ -110,6 +119,8 @@ func failureText(err, cause error, timeout time.Duration) (string, bool) {
 		msg, nonRetryable = errShutdown.Error(), false
 	case errors.Is(cause, errCancelled):
 		msg = errCancelled.Error() + ": " + msg
+	case errors.Is(cause, errLeaseLost):
+		msg, nonRetryable = errLeaseLost.Error()+": "+msg, false
 	case errors.Is(cause, context.DeadlineExceeded):
 		msg, nonRetryable = fmt.Sprintf("timed out after %s: %s", timeout, msg), false
 	}

@@ -47,6 +47,14 @@ type fakeAPI struct {
 	failErr  map[string]error
 	// resultBeforeStart counts results that arrived before their job's start.
 	resultBeforeStart int
+	// renewals are the renew calls received; gone are the lease tokens renewals report gone;
+	// reserved is what renewals answer as reserved per GPU.
+	renewals []client.RenewRequest
+	gone     map[string]bool
+	reserved []client.GPUReservation
+	// expired are lease tokens whose results are refused with lease_expired (as an outcome;
+	// a call whose every result is expired gets the API's 409).
+	expired map[string]bool
 }
 
 func newFakeAPI() *fakeAPI {
@@ -54,6 +62,7 @@ func newFakeAPI() *fakeAPI {
 		jobs: map[string]*fakeJob{}, refuse: map[string]string{}, cancelled: map[string]bool{},
 		started: map[string]bool{}, results: map[string]client.JobResult{}, outcomes: map[string]string{},
 		claims: map[string]int{}, failNext: map[string]int{}, failErr: map[string]error{},
+		gone: map[string]bool{}, expired: map[string]bool{},
 	}
 }
 
@@ -130,7 +139,22 @@ func (f *fakeAPI) Complete(_ context.Context, req client.CompleteRequest) (clien
 		return client.CompleteResponse{}, err
 	}
 	resp := client.CompleteResponse{Cancel: f.cancelList(req.InFlight)}
+	allExpired := len(req.Results) > 0
 	for _, r := range req.Results {
+		allExpired = allExpired && f.expired[r.LeaseToken]
+	}
+	if allExpired {
+		for _, r := range req.Results {
+			f.outcomes[r.JobID] = client.OutcomeLeaseExpired
+		}
+		return client.CompleteResponse{}, &client.APIError{StatusCode: 409, Code: client.CodeLeaseExpired, Message: "expired"}
+	}
+	for _, r := range req.Results {
+		if f.expired[r.LeaseToken] {
+			f.outcomes[r.JobID] = client.OutcomeLeaseExpired
+			resp.Outcomes = append(resp.Outcomes, client.CompleteOutcome{JobID: r.JobID, Outcome: client.OutcomeLeaseExpired})
+			continue
+		}
 		if !f.started[r.JobID] {
 			f.resultBeforeStart++
 		}
@@ -146,6 +170,30 @@ func (f *fakeAPI) Complete(_ context.Context, req client.CompleteRequest) (clien
 		resp.Outcomes = append(resp.Outcomes, client.CompleteOutcome{JobID: r.JobID, Outcome: outcome, Status: outcome})
 	}
 	return resp, nil
+}
+
+func (f *fakeAPI) RenewLeases(_ context.Context, req client.RenewRequest) (client.RenewResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail("renew"); err != nil {
+		return client.RenewResponse{}, err
+	}
+	f.renewals = append(f.renewals, req)
+	resp := client.RenewResponse{Reserved: f.reserved}
+	for _, t := range req.Tokens {
+		if f.gone[t] {
+			resp.Gone = append(resp.Gone, client.GoneLease{Token: t, Status: client.LeaseExpired})
+		} else {
+			resp.Renewed = append(resp.Renewed, client.RenewedLease{Token: t, ExpiresAt: time.Now().Add(time.Minute)})
+		}
+	}
+	return resp, nil
+}
+
+func (f *fakeAPI) outcome(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.outcomes[id]
 }
 
 func (f *fakeAPI) result(id string) (client.JobResult, bool) {

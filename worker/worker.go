@@ -17,6 +17,9 @@ import (
 var (
 	errShutdown  = errors.New("worker shutdown")
 	errCancelled = errors.New("cancelled by the orchestrator")
+	// errLeaseLost: the job's lease expired or was released (the renew call said it is gone);
+	// the job belongs to someone else now and its result would be refused.
+	errLeaseLost = errors.New("lease lost")
 )
 
 // Worker runs jobs of its types: one reader per type's consumer group, a shared pool of
@@ -45,8 +48,13 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[string]*run // jobs whose handler has not returned, by id
+	// held are the runs whose lease the renewer keeps alive: from the claim until their result
+	// is reported (or given up).
+	held map[*run]struct{}
 
 	ran atomic.Bool
+	// claimed counts the jobs claimed since start; heartbeats report it (worker/registry.go).
+	claimed atomic.Int64
 }
 
 // New checks cfg, fills its defaults, and resolves each type's handler.
@@ -57,11 +65,12 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg:      cfg,
-		log:      cfg.Logger.With("component", "worker", "worker_id", cfg.WorkerID),
+		log:      cfg.Logger.With("component", "worker", "worker_id", cfg.WorkerID, "pool_id", cfg.PoolID),
 		handlers: map[string]Handler{},
 		types:    map[string]*config.JobType{},
 		slots:    newSlots(cfg.Concurrency),
 		running:  map[string]*run{},
+		held:     map[*run]struct{}{},
 	}
 	for _, t := range cfg.Types {
 		h, _ := cfg.Registry.Lookup(t.Handler)
@@ -96,15 +105,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.reportCtx, w.reportCancel = context.WithCancel(detached)
 	defer w.reportCancel()
 	defer w.handlerCancel(errShutdown)
+	// Registered while it runs: the registry's drain order ends ctx as a signal does.
+	ctx, leave := w.startMembership(ctx)
+	defer leave()
 	// Reads are not interrupted by shutdown (see Config.Block); readCtx ends only when Run returns.
 	readCtx, readCancel := context.WithCancel(detached)
 	defer readCancel()
 
 	go w.starts.run(w.reportCtx)
 	go w.results.run(w.reportCtx)
-	touchCtx, touchStop := context.WithCancel(w.reportCtx)
-	touchDone := make(chan struct{})
-	go w.touchLoop(touchCtx, touchDone)
+	// Report the node's telemetry before the first claim, which places GPU jobs by it.
+	w.renewFirst(ctx)
+	renewCtx, renewStop := context.WithCancel(w.reportCtx)
+	renewDone := make(chan struct{})
+	go w.renewLoop(renewCtx, renewDone)
 
 	names := make([]string, 0, len(w.types))
 	for _, t := range w.cfg.Types {
@@ -119,9 +133,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker shutting down", "running", w.runningCount(), "grace", w.cfg.ShutdownGrace.String())
 	w.readers.Wait()
 	w.drainHandlers()
-	touchStop()
-	<-touchDone
+	// Leases are renewed until the results are reported: a lease that expired while its result
+	// waited would get the result refused.
 	w.flushAll()
+	renewStop()
+	<-renewDone
 	w.log.Info("worker stopped")
 	return nil
 }

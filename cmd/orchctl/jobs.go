@@ -47,7 +47,7 @@ cancelled. done, dead_letter and cancelled are terminal.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newJobsSubmitCmd(g), newJobsGetCmd(g), newJobsListCmd(g), newJobsCancelCmd(g),
-		newJobsWaitCmd(g))
+		newJobsWaitCmd(g), newJobsWatchCmd(g))
 	return cmd
 }
 

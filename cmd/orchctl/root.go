@@ -23,9 +23,10 @@ const (
 	exitOK          = 0   // success
 	exitUsage       = 1   // bad command line or local input (flags, payload file), or another local error
 	exitAPI         = 2   // the API refused the call (401, 403, 404, 409, 429, 5xx) or could not be reached
-	exitDeadLetter  = 3   // jobs wait: at least one job ended in dead_letter
-	exitCancelled   = 4   // jobs wait: at least one job ended cancelled (and none dead_letter)
-	exitTimeout     = 5   // jobs wait: the wait timed out before every job finished
+	exitDeadLetter  = 3   // a wait on jobs: at least one job ended in dead_letter
+	exitCancelled   = 4   // a wait on jobs: at least one job ended cancelled (and none dead_letter)
+	exitTimeout     = 5   // a wait (on jobs, pools drain/evict, control drain) timed out
+	exitPartial     = 6   // a command acting on several items (leases release, dlq replay/purge, admission set/restore) did only some
 	exitInterrupted = 130 // SIGINT or SIGTERM (the shell convention 128+2)
 )
 
@@ -85,7 +86,7 @@ func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fu
 func newRootCmd(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "orchctl",
-		Short: "Operate a GPU Orchestrator: submit, inspect, list, cancel and wait for jobs",
+		Short: "Operate a GPU Orchestrator: jobs, leases, pools, dead letters, admission, GPUs",
 		Long: `orchctl is the operator CLI of GPU Orchestrator. It talks to the orchestrator's HTTP API.
 
 The API is found with --api-url (default $ORCH_API_URL, else ` + apiURLDefault + `) and
@@ -98,10 +99,18 @@ Exit codes:
   0    success
   1    usage error (flags, arguments, local input) or another local error
   2    the API refused the call (401/403 auth, 404, 409, 429, 5xx) or could not be reached
-  3    jobs wait: a job ended in dead_letter
-  4    jobs wait: a job ended cancelled
-  5    jobs wait: timed out
-  130  interrupted (SIGINT, SIGTERM)`,
+  3    a job waited for ended in dead_letter (jobs wait|watch, jobs submit --wait,
+       dlq replay --wait)
+  4    a job waited for ended cancelled (and none in dead_letter)
+  5    a wait timed out (jobs wait, the --wait of jobs submit, dlq replay, pools drain|evict
+       and control drain)
+  6    partly done: a command acting on several items (leases release, dlq replay|purge,
+       admission set --all-agents, admission restore) did only some; each failure is on stderr
+  130  interrupted (SIGINT, SIGTERM)
+
+The procedures of docs/runbook.md (evict a pool, drain the cluster, a dead leader, a GPU
+out-of-memory emergency, Redis data loss, MariaDB failover, DLQ replay, token rotation) are
+written with these commands.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          usageArgs(cobra.NoArgs),
@@ -119,7 +128,8 @@ Exit codes:
 		[]string{outputTable, outputJSON}, cobra.ShellCompDirectiveNoFileComp))
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd: cmd, err: err} })
 
-	root.AddCommand(newJobsCmd(g), newStatusCmd(g))
+	root.AddCommand(newJobsCmd(g), newStatusCmd(g), newLeasesCmd(g), newPoolsCmd(g), newDLQCmd(g),
+		newAdmissionCmd(g), newControlCmd(g), newGPUsCmd(g))
 	walk(root, func(c *cobra.Command) {
 		if c.PreRunE == nil && c.PreRun == nil {
 			c.PreRunE = checkFlags

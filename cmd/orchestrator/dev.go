@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -17,15 +20,31 @@ import (
 	"github.com/gpuorch/orchestrator/worker"
 )
 
+// DevSimGPUsDefault is the simulated GPUs of dev mode when ORCH_SIM_GPUS is not set: two
+// 24 GiB cards, so that GPU job types can be tried on a laptop. NVML, when present, wins.
+const DevSimGPUsDefault = "2x24576"
+
+// devPoolID is the pool of dev mode's in-process worker.
+const devPoolID = "local"
+
 func devCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "dev",
-		Short: "Run the orchestrator with an in-process worker pool, for development and single hosts",
-		Long: "dev runs everything serve runs plus an in-process worker serving every job type whose " +
-			"handler can run here, with text logs. When no API token is configured it admits requests " +
+		Short: "Run a complete single-node orchestrator with nothing installed: SQLite, in-process Redis and workers",
+		Long: "dev runs the embedded single-node mode: the API, the engine, a SQLite database in " +
+			"data_dir (ORCH_DATA_DIR, default ./data), an in-process Redis on embedded_redis_addr " +
+			"(ORCH_EMBEDDED_REDIS_ADDR, default 127.0.0.1:6390), and an in-process worker serving " +
+			"every job type whose handler can run here, with simulated GPUs when NVML has none " +
+			"(ORCH_SIM_GPUS, default " + DevSimGPUsDefault + ") and text logs. A second orchestrator " +
+			"on the same data directory refuses to start. Ctrl-C drains in-flight jobs; a restart " +
+			"resumes every unfinished job.\n\nWhen no API token is configured it admits requests " +
 			"from loopback without a token (and says so), so it refuses to listen on other addresses then.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, set := os.LookupEnv("ORCH_SIM_GPUS"); !set {
+				// Before the configuration is read, so that it and every child process see it.
+				_ = os.Setenv("ORCH_SIM_GPUS", DevSimGPUsDefault)
+			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
@@ -41,12 +60,13 @@ func devCmd() *cobra.Command {
 			defer stop()
 			return runServer(ctx, cfg, log, serverOptions{
 				allowLoopback: true,
+				open:          embeddedOpener(func(cfg *config.Config) []string { return []string{devWorkerID(cfg)} }),
 				ready: func(ctx context.Context, eng *engine.Engine, addr string) (func(), error) {
 					w, types, err := devWorker(cfg, eng, addr)
 					if err != nil {
 						return nil, err
 					}
-					printBanner(cmd, cfg, addr, types)
+					printBanner(cmd.ErrOrStderr(), cfg, addr, types)
 					done := make(chan struct{})
 					go func() {
 						defer close(done)
@@ -73,15 +93,20 @@ func requireLoopback(addr string) error {
 	return fmt.Errorf("dev mode without API tokens listens on loopback only, not %s: set ORCH_HTTP_ADDR=127.0.0.1:8080 or configure tokens", addr)
 }
 
+// devWorkerID names dev mode's in-process worker. It is stable across restarts of one node, so
+// that a restart recognises the jobs the previous process's worker held (see embeddedOpener).
+func devWorkerID(cfg *config.Config) string { return "dev-" + cfg.NodeID }
+
 // devWorker builds the in-process worker: it talks to this process's API over loopback, like
-// any worker, and serves every type whose handler can run with the configuration.
+// any worker, and serves every type whose handler can run with the configuration (or those
+// of worker.types when set).
 func devWorker(cfg *config.Config, eng *engine.Engine, addr string) (*worker.Worker, []string, error) {
 	reg := worker.NewBuiltinRegistry(worker.BuiltinOptions{JobTypes: cfg.JobTypes, Commands: cfg.Worker.Commands})
 	var types []*config.JobType
 	var names []string
 	for _, name := range cfg.TypeNames() {
 		jt := cfg.JobTypes[name]
-		if len(cfg.Worker.Types) > 0 && !contains(cfg.Worker.Types, name) {
+		if len(cfg.Worker.Types) > 0 && !slices.Contains(cfg.Worker.Types, name) {
 			continue
 		}
 		if reg.CheckType(jt) != nil {
@@ -94,65 +119,51 @@ func devWorker(cfg *config.Config, eng *engine.Engine, addr string) (*worker.Wor
 		return nil, nil, fmt.Errorf("dev: no job type can run in the in-process worker")
 	}
 	w, err := worker.New(worker.Config{
-		WorkerID:    "dev-" + cfg.NodeID,
-		PoolID:      "dev",
-		NodeID:      cfg.NodeID,
-		Types:       types,
-		Concurrency: cfg.Worker.Concurrency,
-		Batch:       cfg.Worker.Batch,
-		Block:       cfg.Worker.Block,
-		API:         client.New("http://"+addr, cfg.Worker.APIToken),
-		Streams:     eng.Streams(),
-		Registry:    reg,
-		Logger:      logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat),
+		WorkerID:      devWorkerID(cfg),
+		PoolID:        devPoolID,
+		NodeID:        cfg.NodeID,
+		Types:         types,
+		Concurrency:   cfg.Worker.Concurrency,
+		Batch:         cfg.Worker.Batch,
+		Block:         cfg.Worker.Block,
+		ShutdownGrace: cfg.ShutdownGrace,
+		API:           client.New("http://"+addr, cfg.Worker.APIToken),
+		Streams:       eng.Streams(),
+		Registry:      reg,
+		Logger:        logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat),
 	})
 	return w, names, err
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
+// printBanner tells the user where everything is and how to submit a first job.
+func printBanner(out io.Writer, cfg *config.Config, addr string, types []string) {
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		dataDir = cfg.DataDir
 	}
-	return false
-}
-
-func printBanner(cmd *cobra.Command, cfg *config.Config, addr string, types []string) {
-	out := cmd.ErrOrStderr()
+	example := "sleep"
+	if !slices.Contains(types, example) {
+		example = types[0]
+	}
+	gpus := "simulated " + cfg.Telemetry.SimGPUs + " (ORCH_SIM_GPUS) unless NVML finds GPUs"
+	if cfg.Telemetry.SimGPUs == "" {
+		gpus = "NVML when present, otherwise none (CPU jobs only)"
+	}
 	fmt.Fprintf(out, `
-  GPU Orchestrator (dev) is up
-    API:          http://%s
-    job types:    %v (served by an in-process worker)
-    MariaDB:      %s
-    Redis:        %s
+  GPU Orchestrator (embedded single-node mode) is up
+    API:          http://%[1]s
+    data:         %[2]s  (SQLite %[3]s; ORCH_DATA_DIR)
+    Redis:        %[4]s  (in-process; ORCH_EMBEDDED_REDIS_ADDR)
+    workers:      in-process pool %[5]q serving %[6]v
+    GPUs:         %[7]s
 
   Try it:
-    curl -s -X POST http://%s/jobs/submit -H 'Content-Type: application/json' \
-         -d '{"type":"sleep","agent":"demo","payload":{"ms":500}}'
-    ./bin/orchctl jobs list
+    ./bin/orchctl --api-url http://%[1]s jobs submit --type %[8]s --agent demo --payload '{"ms": 500}' --wait
+    curl -s -X POST http://%[1]s/jobs/submit -H 'Content-Type: application/json' \
+         -d '{"type":"%[8]s","agent":"demo","payload":{"ms":500}}'
+    ./bin/orchctl --api-url http://%[1]s jobs list
 
-  Ctrl-C drains in-flight jobs and exits.
+  Ctrl-C drains in-flight jobs and exits; starting again resumes every unfinished job.
 
-`, addr, types, redactDSN(cfg.MySQLDSN), cfg.RedisAddr, addr)
-}
-
-// redactDSN hides a password in a DSN before it is printed.
-func redactDSN(dsn string) string {
-	at := -1
-	for i := len(dsn) - 1; i >= 0; i-- {
-		if dsn[i] == '@' {
-			at = i
-			break
-		}
-	}
-	if at < 0 {
-		return dsn
-	}
-	for i := 0; i < at; i++ {
-		if dsn[i] == ':' {
-			return dsn[:i] + ":****" + dsn[at:]
-		}
-	}
-	return dsn
+`, addr, dataDir, DBFileName, cfg.RedisAddr, devPoolID, types, gpus, example)
 }

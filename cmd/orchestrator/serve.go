@@ -20,18 +20,25 @@ import (
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
-	"github.com/gpuorch/orchestrator/store/mysql"
+	"github.com/gpuorch/orchestrator/metrics"
+	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/tracing"
 )
 
 // startupWait bounds how long serve waits for MariaDB at start before giving up.
 const startupWait = 2 * time.Minute
 
 func serveCmd() *cobra.Command {
-	return &cobra.Command{
+	var embedded bool
+	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the API and the engine against MariaDB and Redis",
-		Args:  cobra.NoArgs,
+		Long: "serve runs the API and the engine against MariaDB and Redis. With --embedded it runs " +
+			"them on the embedded single-node backends instead (SQLite in data_dir and an in-process " +
+			"Redis, as `orchestrator dev` does, but with no in-process worker): one GPU host, " +
+			"workers started separately.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {
@@ -40,9 +47,15 @@ func serveCmd() *cobra.Command {
 			log := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return runServer(ctx, cfg, log, serverOptions{})
+			var opts serverOptions
+			if embedded {
+				opts.open = embeddedOpener(nil)
+			}
+			return runServer(ctx, cfg, log, opts)
 		},
 	}
+	cmd.Flags().BoolVar(&embedded, "embedded", false, "use SQLite in data_dir and an in-process Redis instead of MariaDB and Redis")
+	return cmd
 }
 
 // serverOptions are what dev mode changes about serve.
@@ -53,33 +66,77 @@ type serverOptions struct {
 	// function it returns is called at shutdown, before the API stops, and waits for what ready
 	// started to drain (workers still need the API to report their last results).
 	ready func(ctx context.Context, eng *engine.Engine, addr string) (wait func(), err error)
+	// open opens the store and Redis (default openBackends: MariaDB and the configured Redis;
+	// the embedded mode: SQLite and an in-process Redis).
+	open func(ctx context.Context, cfg *config.Config, log *slog.Logger) (*backends, error)
 }
 
 // runServer migrates, wires the engine and serves the API until ctx ends, then shuts down
 // gracefully: stop accepting, finish requests within the grace, stop the loops.
 func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts serverOptions) error {
 	log.Info("starting orchestrator", "version", versionString(), "http_addr", cfg.HTTPAddr, "node_id", cfg.NodeID)
-	if err := migrateAtStart(ctx, cfg, log); err != nil {
+	open := opts.open
+	if open == nil {
+		open = openBackends
+	}
+	be, err := open(ctx, cfg, log)
+	if err != nil {
 		return err
 	}
-	st, err := mysql.Open(ctx, cfg.MySQLDSN, mysql.Options{})
+	defer be.close()
+	log.Info("backends open", "backends", be.describe)
+	stopTracing, err := startTracing(ctx, log)
 	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return err
 	}
-	defer st.Close()
-	rdb := streams.NewRedis(cfg.RedisAddr, cfg.RedisPassword)
-	defer rdb.Close()
-	sc := streams.New(rdb, streams.Options{Prefix: cfg.RedisPrefix})
+	defer stopTracing()
+	log = tracing.WithLogs(log) // trace_id on records logged with a span
+	st := be.store
+	sc := streams.New(be.redis, streams.Options{Prefix: cfg.RedisPrefix})
 	ensureGroups(ctx, sc, cfg, log)
 
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log})
-	disp := engine.NewDispatcher(eng, engine.DispatcherConfig{
-		Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Stagger: true,
-	})
-	if err := disp.Start(ctx); err != nil {
+	// Rescues outside the leader loops (an eviction through the API) are fenced by the term
+	// this instance leads in, and refused on a follower.
+	var term currentTerm
+	om := metrics.NewOrchestrator(cfg, log)
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: om.Jobs})
+	rm := reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...)
+	if err := om.Register(rm); err != nil {
+		return fmt.Errorf("register reclaimer metrics: %w", err)
+	}
+	pw, err := startPoolWork(cfg, st, sc, eng, be.elector != nil, log)
+	if err != nil {
 		return err
 	}
-	defer disp.Stop()
+	work := term.track(leaderWork(cfg, eng, sc, rm, log, pw.leaderLoop))
+	el := be.elector
+	if el != nil {
+		be.setLeaderWork(work) // the embedded mode's LocalElector already leads
+	} else {
+		var closeEl func()
+		if el, closeEl, err = newMySQLElector(cfg, st, log, work); err != nil {
+			return err
+		}
+		defer closeEl()
+		if err := el.Start(ctx); err != nil {
+			return fmt.Errorf("start leader election: %w", err)
+		}
+	}
+	// Resign first at shutdown (deferred last): a follower takes over within one interval.
+	defer el.Stop()
+	if err := om.Watch(metrics.SourcesOf(eng, st, el)); err != nil {
+		return err
+	}
+	stopLeaseLoops, err := startLeaseLoops(ctx, cfg, eng, log)
+	if err != nil {
+		return err
+	}
+	defer stopLeaseLoops()
+	adm, stopAdmission, err := startAdmission(ctx, cfg, st, be.redis, om, log)
+	if err != nil {
+		return err
+	}
+	defer stopAdmission()
 
 	tokens, err := api.LoadTokens(cfg.TokensFile, os.Getenv(api.TokensEnv))
 	if err != nil {
@@ -94,10 +151,14 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 		}
 	}
 	srv := api.New(api.Options{
-		Engine: eng,
-		Config: cfg,
-		Auth:   api.AuthOptions{Tokens: tokens, AllowUnauthenticatedLoopback: opts.allowLoopback},
-		Logger: log,
+		Engine:    eng,
+		Config:    cfg,
+		Auth:      api.AuthOptions{Tokens: tokens, AllowUnauthenticatedLoopback: opts.allowLoopback},
+		Logger:    log,
+		Leader:    el,
+		Metrics:   om.Registry,
+		Admission: adm,
+		Pools:     pw.svc,
 	})
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {

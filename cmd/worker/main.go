@@ -23,6 +23,8 @@ import (
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/tracing"
 	"github.com/gpuorch/orchestrator/worker"
 )
 
@@ -51,6 +53,7 @@ type flags struct {
 	concurrency int
 	id          string
 	pool        string
+	metricsAddr string
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (flags, error) {
@@ -62,6 +65,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.IntVar(&f.concurrency, "concurrency", 0, "jobs run at once (overrides worker.concurrency)")
 	fs.StringVar(&f.id, "id", "", "worker id (overrides worker.id)")
 	fs.StringVar(&f.pool, "pool", "", "pool id (overrides worker.pool_id)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port of GET /metrics, 0 to disable (overrides worker.metrics_addr; default "+config.WorkerMetricsAddrDefault+")")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -88,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintln(stderr, "worker:", err)
 		return 1
 	}
-	log := newLogger(cfg, stderr)
+	log := tracing.WithLogs(newLogger(cfg, stderr)) // trace_id on records logged with a span
 	slog.SetDefault(log)
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("worker failed", "component", "worker", "error", err)
@@ -120,6 +124,9 @@ func loadConfig(f flags, getenv func(string) string) (*config.Config, error) {
 	}
 	if f.pool != "" {
 		cfg.Worker.PoolID = f.pool
+	}
+	if f.metricsAddr != "" {
+		cfg.Worker.MetricsAddr = f.metricsAddr
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("check flags: %w", err)
@@ -193,21 +200,43 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := sc.Ping(pingCtx); err != nil {
 		return fmt.Errorf("connect to redis at %s: %w", cfg.RedisAddr, err)
 	}
+	// The node's GPUs, reported with every lease renewal; GPU jobs are placed by them.
+	gpus, err := telemetry.Auto(cfg.NodeID, telemetry.AutoOptions{
+		SimGPUs: cfg.Telemetry.SimGPUs,
+		Disable: cfg.Telemetry.NVMLDisable,
+		NVML:    telemetry.NVMLOptions{LibraryPath: cfg.Telemetry.NVMLLibrary, Logger: log},
+		Logger:  log,
+	})
+	if err != nil {
+		return err
+	}
+	defer gpus.Close()
+	metrics, stopObserving, err := observe(ctx, cfg, types, log)
+	if err != nil {
+		return err
+	}
+	defer stopObserving()
 	api := client.New(cfg.Worker.APIURL, cfg.Worker.APIToken, client.WithUserAgent("gpuorch-worker/"+cfg.Worker.ID))
 	w, err := worker.New(worker.Config{
-		WorkerID:      cfg.Worker.ID,
-		PoolID:        cfg.Worker.PoolID,
-		NodeID:        cfg.NodeID,
-		Types:         types,
-		Concurrency:   cfg.Worker.Concurrency,
-		Batch:         cfg.Worker.Batch,
-		Block:         cfg.Worker.Block,
-		API:           api,
-		Streams:       sc,
-		Registry:      reg,
-		Logger:        log,
-		ShutdownGrace: cfg.ShutdownGrace,
-		TouchInterval: cfg.ClaimIdle / 3,
+		WorkerID:          cfg.Worker.ID,
+		PoolID:            cfg.Worker.PoolID,
+		NodeID:            cfg.NodeID,
+		Types:             types,
+		Concurrency:       cfg.Worker.Concurrency,
+		Batch:             cfg.Worker.Batch,
+		Block:             cfg.Worker.Block,
+		API:               api,
+		Streams:           sc,
+		Registry:          reg,
+		Logger:            log,
+		ShutdownGrace:     cfg.ShutdownGrace,
+		TouchInterval:     cfg.ClaimIdle / 3,
+		LeaseTTL:          cfg.Leases.TTL,
+		Telemetry:         gpus,
+		TelemetryInterval: cfg.Telemetry.PollInterval,
+		Metrics:           metrics,
+		Registrar:         api,
+		HeartbeatInterval: cfg.Pools.HeartbeatInterval,
 	})
 	if err != nil {
 		return err

@@ -29,9 +29,10 @@ func (b *Base) Go(ctx context.Context, run func(ctx context.Context)) bool {
 		return false
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	b.cancel, b.done, b.started = cancel, make(chan struct{}), true
+	done := make(chan struct{}) // the goroutine must not read b.done: Stop clears it
+	b.cancel, b.done, b.started = cancel, done, true
 	go func() {
-		defer close(b.done)
+		defer close(done)
 		run(ctx)
 	}()
 	return true

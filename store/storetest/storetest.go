@@ -53,6 +53,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WithTxRollbackOnPanic", testTxRollbackOnPanic},
 		{"ConcurrentCompareAndSet", testConcurrentCAS},
 		{"Ping", testPing},
+		{"Leader", testLeader},
+		{"Maintenance", testMaintenance},
+		{"Leases", testLeases},
+		{"Admission", testAdmission},
+		{"Pools", testPools},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,244 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/admission"
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/telemetry"
+)
+
+// admissionTypes: a CPU type, a GPU type whose queue of 1 overflows into a CPU type.
+const admissionTypes = `
+job_types:
+  noop: {}
+  infer:
+    handler: noop
+    gpu_memory_mb: 1000
+    queue_limit: 1
+    cpu_fallback: infer_cpu
+  infer_cpu:
+    handler: noop
+`
+
+// setupAdmission is the real stack with an admission controller. limiterRedis is the Redis of
+// the limiter (nil: the test Redis, like the engine's).
+func setupAdmission(t testing.TB, limiterRedis redis.UniversalClient) (*bundle, *admission.Controller) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(admissionTypes), 0o600))
+	cfg, err := config.Load(path, func(string) string { return "" })
+	require.NoError(t, err)
+	st := testenv.MySQLStore(t)
+	rdb := streams.NewRedis(testenv.RedisAddr(t), "")
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := testenv.RedisPrefix(t)
+	if limiterRedis == nil {
+		limiterRedis = rdb
+	}
+	log := slog.New(slog.DiscardHandler)
+	eng := engine.New(st, streams.New(rdb, streams.Options{Prefix: prefix}), cfg, engine.Options{Logger: log})
+	ctl, err := admission.New(st, limiterRedis, cfg, admission.Options{Prefix: prefix, Registerer: prometheus.NewRegistry(), Logger: log})
+	require.NoError(t, err)
+	set, tokens := testTokens(t)
+	srv := New(Options{Engine: eng, Auth: AuthOptions{Tokens: set}, Logger: log, Admission: ctl})
+	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}, ctl
+}
+
+func admSubmit(id, typ, agent string) client.SubmitRequest {
+	return client.SubmitRequest{JobID: id, Type: typ, Agent: agent, Payload: []byte(`{}`)}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestSubmitAdmission(t *testing.T) {
+	t.Parallel()
+	b, ctl := setupAdmission(t, nil)
+	rec := b.request(t, http.MethodPut, "/control/admission", "admin",
+		client.AdmissionPolicyUpdate{Agent: "alice", RatePerSec: ptr(0.01), Burst: ptr(1)})
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+
+	t.Run("RateLimited", func(t *testing.T) {
+		rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", admSubmit("a-1", "noop", ""))
+		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+		rec = b.request(t, http.MethodPost, "/jobs/submit", "alice", admSubmit("a-2", "noop", ""))
+		d := requireError(t, rec, http.StatusTooManyRequests, client.CodeRateLimited, "")
+		require.Contains(t, d.Message, "alice")
+		retry, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+		require.NoError(t, err)
+		require.InDelta(t, 100, retry, 1, "0.01 per second: one every 100 s")
+		require.Equal(t, 1, b.countJobs(t, "alice"), "nothing written for the rejected job")
+
+		// The same job_id again is a repeat, not a new job: answered with the job.
+		rec = b.request(t, http.MethodPost, "/jobs/submit", "alice", admSubmit("a-1", "noop", ""))
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+
+		// Lease requests take from the same bucket.
+		rec = b.request(t, http.MethodPost, "/leases", "alice", client.LeaseRequest{Mode: client.LeaseModeCPU})
+		requireError(t, rec, http.StatusTooManyRequests, client.CodeRateLimited, "")
+		require.NotEmpty(t, rec.Header().Get("Retry-After"))
+
+		// Another agent is unaffected.
+		rec = b.request(t, http.MethodPost, "/jobs/submit", "bob", admSubmit("b-1", "noop", ""))
+		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	})
+
+	t.Run("RoutedToCPUFallback", func(t *testing.T) {
+		rec := b.request(t, http.MethodPost, "/jobs/submit", "bob", admSubmit("r-1", "infer", ""))
+		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+		require.Equal(t, client.SubmitResponse{JobID: "r-1", Status: "pending", Created: true}, decode[client.SubmitResponse](t, rec))
+
+		rec = b.request(t, http.MethodPost, "/jobs/submit", "bob", admSubmit("r-2", "infer", ""))
+		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+		require.Equal(t, client.SubmitResponse{JobID: "r-2", Status: "pending", Created: true, Type: "infer_cpu", RoutedFrom: "infer"},
+			decode[client.SubmitResponse](t, rec), "the answer says where the job went")
+		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/r-2", "bob", nil))
+		require.Equal(t, "infer_cpu", job.Type)
+	})
+
+	t.Run("GPUPressure", func(t *testing.T) {
+		snap := telemetry.Snapshot{NodeID: "hot", Source: telemetry.SourceSimulated,
+			GPUs: []telemetry.GPU{{Index: 0, UUID: "GPU-hot-0", MemoryTotalMB: 1000, MemoryUsedMB: 990}}}
+		require.NoError(t, b.eng.Leases().RecordSnapshot(context.Background(), snap))
+		require.NoError(t, ctl.Refresh(t.Context()))
+
+		rec := b.request(t, http.MethodPost, "/jobs/submit", "admin", admSubmit("g-1", "infer", "carol"))
+		d := requireError(t, rec, http.StatusTooManyRequests, client.CodeGPUPressure, "")
+		require.Contains(t, d.Message, "99.0% used")
+		require.Equal(t, "30", rec.Header().Get("Retry-After"), "the hold")
+		rec = b.request(t, http.MethodPost, "/leases", "admin", client.LeaseRequest{Agent: "carol", NodeID: "hot", MinMemoryMB: 1})
+		requireError(t, rec, http.StatusTooManyRequests, client.CodeGPUPressure, "")
+		rec = b.request(t, http.MethodPost, "/jobs/submit", "admin", admSubmit("g-2", "noop", "carol"))
+		require.Equal(t, http.StatusAccepted, rec.Code, "CPU work goes on: %s", rec.Body.String())
+
+		st := decode[client.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
+		require.Equal(t, client.GateClosed, st.GPU.State)
+		require.Equal(t, 99.0, st.GPU.PressurePct)
+		require.NotNil(t, st.GPU.HoldUntil)
+		require.Len(t, st.GPU.Nodes, 1)
+		require.Equal(t, "hot", st.GPU.Nodes[0].NodeID)
+	})
+}
+
+func TestAdmissionControlRoutes(t *testing.T) {
+	t.Parallel()
+	b, _ := setupAdmission(t, nil)
+
+	t.Run("AdminOnly", func(t *testing.T) {
+		t.Parallel()
+		requireError(t, b.request(t, http.MethodGet, "/control/admission", "alice", nil), http.StatusForbidden, CodeForbidden, "")
+		requireError(t, b.request(t, http.MethodPut, "/control/admission", "alice",
+			client.AdmissionPolicyUpdate{Agent: "alice", RatePerSec: ptr(1e6)}), http.StatusForbidden, CodeForbidden, "")
+		requireError(t, b.request(t, http.MethodDelete, "/control/admission/alice", "worker", nil), http.StatusForbidden, CodeForbidden, "")
+		requireError(t, b.request(t, http.MethodGet, "/control/admission", "", nil), http.StatusUnauthorized, CodeUnauthorized, "")
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			body  any
+			field string
+		}{
+			{client.AdmissionPolicyUpdate{}, "agent"},
+			{client.AdmissionPolicyUpdate{Agent: "no spaces"}, "agent"},
+			{client.AdmissionPolicyUpdate{Agent: "x", RatePerSec: ptr(0.0)}, "rate_per_sec"},
+			{client.AdmissionPolicyUpdate{Agent: "x", Burst: ptr(0)}, "burst"},
+			{client.AdmissionPolicyUpdate{Agent: "x", MaxPending: ptr(-3)}, "max_pending"},
+			{`{"agent": "x", "rate": 5}`, "rate"},
+		} {
+			rec := b.request(t, http.MethodPut, "/control/admission", "admin", tc.body)
+			require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+			require.Equal(t, tc.field, decode[client.ErrorBody](t, rec).Error.Field, rec.Body.String())
+		}
+	})
+
+	t.Run("PutGetDelete", func(t *testing.T) { // not parallel: the default policy is everyone's
+		rec := b.request(t, http.MethodPut, "/control/admission", "admin",
+			client.AdmissionPolicyUpdate{Agent: "dave", RatePerSec: ptr(2.5), MaxPending: ptr(10)})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		p := decode[client.AdmissionPolicy](t, rec)
+		require.Equal(t, client.AdmissionPolicy{Agent: "dave", RatePerSec: 2.5, Burst: 5, MaxPending: 10, Enabled: true,
+			UpdatedAt: p.UpdatedAt}, p)
+		require.NotNil(t, p.UpdatedAt)
+
+		st := decode[client.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
+		require.True(t, st.Enabled)
+		require.Equal(t, "config", st.DefaultSource)
+		require.Nil(t, st.DefaultPolicy.UpdatedAt)
+		require.Contains(t, st.Policies, p)
+		require.Equal(t, []client.AdmissionQueue{{Type: "infer", Limit: 1, CPUFallback: "infer_cpu"}}, st.Queues)
+		require.Equal(t, "up", st.Limiter.State)
+		require.Equal(t, "closed", st.Limiter.OnDownGPU)
+		require.Equal(t, client.GateOpen, st.GPU.State)
+
+		rec = b.request(t, http.MethodDelete, "/control/admission/dave", "admin", nil)
+		require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+		requireError(t, b.request(t, http.MethodDelete, "/control/admission/dave", "admin", nil), http.StatusNotFound, CodeNotFound, "")
+	})
+
+	t.Run("DefaultPolicy", func(t *testing.T) { // not parallel: the default policy is everyone's
+		rec := b.request(t, http.MethodPut, "/control/admission", "admin",
+			client.AdmissionPolicyUpdate{Agent: client.AdmissionDefaultAgent, Burst: ptr(20000)})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		st := decode[client.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
+		require.Equal(t, "table", st.DefaultSource)
+		require.Equal(t, 20000, st.DefaultPolicy.Burst)
+		rec = b.request(t, http.MethodDelete, "/control/admission/*", "admin", nil)
+		require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+	})
+}
+
+func TestAdmissionLimiterDown(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	down := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	b, ctl := setupAdmission(t, down)
+	require.NoError(t, ctl.Refresh(t.Context()), "the limiter's ping failing is its state, not a refresh error")
+
+	// GPU work fails closed with a 503 (a dependency is down), CPU work fails open.
+	rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", admSubmit("", "infer", ""))
+	requireError(t, rec, http.StatusServiceUnavailable, CodeUnavailable, "")
+	require.Equal(t, "5", rec.Header().Get("Retry-After"))
+	rec = b.request(t, http.MethodPost, "/jobs/submit", "alice", admSubmit("", "noop", ""))
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+
+	rec = b.request(t, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	h := decode[client.Health](t, rec)
+	require.Contains(t, h.Checks[CheckAdmission], "limiter unreachable")
+	require.Contains(t, h.Checks[CheckAdmission], "GPU work fails closed")
+	require.Equal(t, "ok", h.Checks[CheckRedis], "the engine's Redis is up; only the limiter's is down")
+
+	st := decode[client.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
+	require.Equal(t, "down", st.Limiter.State)
+	require.NotNil(t, st.Limiter.DownSince)
+}
+
+func TestAdmissionNotRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	requireError(t, b.request(t, http.MethodGet, "/control/admission", "admin", nil), http.StatusNotFound, CodeNotFound, "")
+	rec := b.request(t, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	_, present := decode[client.Health](t, rec).Checks[CheckAdmission]
+	require.False(t, present)
+}

@@ -1,0 +1,38 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuorch/orchestrator/client"
+)
+
+// listGPUs handles GET /gpus?node_id=: every GPU's latest telemetry with what active leases
+// reserve on it, what placement would still hand out (free = total − max(used, reserved) −
+// margin), and the telemetry's age. Lost GPUs are listed (lost: true); placement skips them
+// and GPUs whose telemetry is not fresh.
+func (s *Server) listGPUs(c *gin.Context) {
+	node := c.Query("node_id")
+	if node != "" && !workerIDRE.MatchString(node) {
+		s.writeError(c, badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -"))
+		return
+	}
+	gpus, err := s.leases.GPUs(c.Request.Context(), node)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out := client.GPUList{GPUs: make([]client.GPU, 0, len(gpus))}
+	for _, g := range gpus {
+		out.GPUs = append(out.GPUs, client.GPU{
+			NodeID: g.NodeID, Index: g.Index, UUID: g.UUID, Name: g.Name,
+			MemoryTotalMB: g.MemoryTotalMB, MemoryUsedMB: g.MemoryUsedMB, MemoryReservedMB: g.ReservedMB,
+			MemoryFreeMB: g.FreeMB, UtilizationPct: g.UtilizationPct, TemperatureC: g.TemperatureC,
+			PowerWatts: g.PowerWatts, ActiveLeases: g.Leases, Exclusive: g.Exclusive, Lost: g.Lost,
+			LostReason: g.LostReason, Source: g.Source, UpdatedAt: g.UpdatedAt.UTC(),
+			AgeSeconds: g.Age.Seconds(), Fresh: g.Fresh,
+		})
+	}
+	c.JSON(http.StatusOK, out)
+}

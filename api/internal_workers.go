@@ -1,0 +1,75 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/pools"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// workerBodyBytes bounds a registration or heartbeat (a heartbeat carries the node's telemetry).
+const workerBodyBytes = 1 << 20
+
+// registerWorker handles POST /internal/workers/register: the worker is recorded (a new life
+// replaces a row of the same id) and told its instruction and heartbeat interval.
+func (s *Server) registerWorker(c *gin.Context) {
+	var req client.RegisterWorkerRequest
+	if err := decodeJSON(c, workerBodyBytes, &req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	in, err := s.pools.RegisterWorker(c.Request.Context(), pools.RegisterParams{
+		WorkerID: req.WorkerID, PoolID: req.PoolID, NodeID: req.NodeID, Hostname: req.Hostname,
+		PID: req.PID, Types: req.Types, Concurrency: req.Concurrency,
+	})
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, s.instructionToWire(in))
+}
+
+// workerHeartbeat handles POST /internal/workers/{id}/heartbeat. A worker the registry does not
+// know gets a 404 and registers again.
+func (s *Server) workerHeartbeat(c *gin.Context) {
+	var req client.WorkerHeartbeatRequest
+	if err := decodeJSON(c, workerBodyBytes, &req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	p := pools.HeartbeatParams{WorkerID: c.Param("id"), Status: store.WorkerStatus(req.Status),
+		InFlight: req.InFlight, JobsClaimed: req.JobsClaimed}
+	if req.Telemetry != nil {
+		raw, err := json.Marshal(req.Telemetry)
+		if err != nil {
+			s.writeError(c, badRequest("telemetry", "cannot be encoded: %s", err.Error()))
+			return
+		}
+		p.Telemetry = raw
+	}
+	in, err := s.pools.HeartbeatWorker(c.Request.Context(), p)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, s.instructionToWire(in))
+}
+
+// deregisterWorker handles POST /internal/workers/{id}/deregister: 204, also for a worker the
+// registry does not know (the call may be repeated).
+func (s *Server) deregisterWorker(c *gin.Context) {
+	if err := s.pools.DeregisterWorker(c.Request.Context(), c.Param("id")); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) instructionToWire(in pools.Instruction) client.WorkerInstruction {
+	return client.WorkerInstruction{Instruction: string(in.Instruction),
+		HeartbeatInterval: client.Duration(s.pools.HeartbeatInterval()), PoolStatus: string(in.PoolStatus)}
+}

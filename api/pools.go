@@ -1,0 +1,192 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/pools"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// poolBodyBytes bounds the body of POST /workers/pool (metadata included).
+const poolBodyBytes = 64 << 10
+
+// poolsEnabled answers 503 when the server runs without the pools service (a test server).
+func (s *Server) poolsEnabled(c *gin.Context) {
+	if s.pools == nil {
+		s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "worker pools are not enabled on this server"})
+		return
+	}
+	c.Next()
+}
+
+// poolError maps the pools package's refusals: an illegal transition (draining an evicted
+// pool) is a 409 saying so.
+func poolError(err error) error {
+	if errors.Is(err, pools.ErrIllegalTransition) {
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: err.Error()}
+	}
+	return err
+}
+
+// createPool handles POST /workers/pool: 201 with the new pool, 200 when it existed (updated
+// or not).
+func (s *Server) createPool(c *gin.Context) {
+	var req client.PoolRequest
+	if err := decodeJSON(c, poolBodyBytes, &req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	res, err := s.pools.CreatePool(c.Request.Context(), pools.CreateParams{
+		PoolID: req.PoolID, Agent: req.AgentName, ModelID: req.ModelID, Adapter: req.Adapter,
+		Variant: req.Variant, Types: req.Types, DesiredWorkers: req.DesiredWorkers,
+		HoldSeconds: req.HoldSeconds, Metadata: req.Metadata, Actor: mustIdentity(c).Actor(),
+	})
+	if err != nil {
+		s.writeError(c, poolError(err))
+		return
+	}
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
+	}
+	c.JSON(status, client.PoolResponse{Pool: poolToWire(res.Pool, nil), Created: res.Created,
+		Updated: res.Updated, PreloadID: res.PreloadID})
+}
+
+// listPools handles GET /workers/pools.
+func (s *Server) listPools(c *gin.Context) {
+	ps, err := s.pools.ListPools(c.Request.Context())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out := client.PoolList{Pools: make([]client.Pool, 0, len(ps))}
+	for _, p := range ps {
+		out.Pools = append(out.Pools, poolToWire(p, nil))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// getPool handles GET /workers/pools/{id}: the pool with its registered workers.
+func (s *Server) getPool(c *gin.Context) {
+	p, ws, err := s.pools.GetPool(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if ws == nil {
+		ws = []store.Worker{}
+	}
+	c.JSON(http.StatusOK, poolToWire(p, ws))
+}
+
+// heartbeatPool handles POST /workers/pools/{id}/heartbeat: the pool's agent (or an admin)
+// keeps it warm. An agent may heartbeat only its own pools.
+func (s *Server) heartbeatPool(c *gin.Context) {
+	id := c.Param("id")
+	if who := mustIdentity(c); who.Role == RoleAgent {
+		p, _, err := s.pools.GetPool(c.Request.Context(), id)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		if p.Agent != who.Agent {
+			s.writeError(c, forbidden("pool %s serves agent %q, not %q", id, p.Agent, who.Agent))
+			return
+		}
+	}
+	p, err := s.pools.HeartbeatPool(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, poolToWire(p, nil))
+}
+
+// drainPool handles POST /workers/pools/{id}/drain.
+func (s *Server) drainPool(c *gin.Context) {
+	p, changed, err := s.pools.DrainPool(c.Request.Context(), c.Param("id"), mustIdentity(c).Actor())
+	if err != nil {
+		s.writeError(c, poolError(err))
+		return
+	}
+	c.JSON(http.StatusOK, client.PoolChange{Pool: poolToWire(p, nil), Changed: changed})
+}
+
+// drainAll handles POST /control/drain: every starting or running pool drains.
+func (s *Server) drainAll(c *gin.Context) {
+	drained, err := s.pools.DrainAll(c.Request.Context(), mustIdentity(c).Actor())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out := client.DrainAllResponse{Drained: make([]client.Pool, 0, len(drained))}
+	for _, p := range drained {
+		out.Drained = append(out.Drained, poolToWire(p, nil))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// evictPool handles POST /control/evict_pool {pool_id}.
+func (s *Server) evictPool(c *gin.Context) {
+	var req client.EvictRequest
+	if err := decodeJSON(c, poolBodyBytes, &req); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if req.PoolID == "" {
+		s.writeError(c, badRequest("pool_id", "is required"))
+		return
+	}
+	p, changed, err := s.pools.EvictPool(c.Request.Context(), req.PoolID, mustIdentity(c).Actor())
+	if err != nil {
+		s.writeError(c, poolError(err))
+		return
+	}
+	c.JSON(http.StatusOK, client.PoolChange{Pool: poolToWire(p, nil), Changed: changed})
+}
+
+// reconcile handles POST /control/reconcile: 202, the pass runs in the background.
+func (s *Server) reconcile(c *gin.Context) {
+	c.JSON(http.StatusAccepted, client.ReconcileResponse{Triggered: s.pools.Reconcile()})
+}
+
+func poolToWire(p store.Pool, ws []store.Worker) client.Pool {
+	out := client.Pool{
+		PoolID: p.ID, AgentName: p.Agent, ModelID: p.ModelID, Adapter: p.Adapter, Variant: p.Variant,
+		Types: p.Types, DesiredWorkers: p.DesiredWorkers, SpawnedWorkers: p.SpawnedWorkers,
+		Status: string(p.Status), StatusReason: p.StatusReason, StatusChangedAt: p.StatusChangedAt.UTC(),
+		HoldSeconds: p.HoldSeconds, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+		StartedAt: p.StartedAt.UTC(), LastHeartbeat: utcPtr(p.LastHeartbeat),
+		LastActivityAt: utcPtr(p.LastActivityAt), Metadata: p.Metadata,
+	}
+	if out.Types == nil {
+		out.Types = []string{}
+	}
+	if ws != nil {
+		out.Workers = make([]client.Worker, 0, len(ws))
+		for _, w := range ws {
+			out.Workers = append(out.Workers, workerToWire(w))
+		}
+	}
+	return out
+}
+
+func workerToWire(w store.Worker) client.Worker {
+	out := client.Worker{
+		WorkerID: w.ID, PoolID: w.PoolID, NodeID: w.NodeID, Hostname: w.Hostname, PID: w.PID,
+		Types: w.Types, Concurrency: w.Concurrency, Status: string(w.Status),
+		Instruction: string(w.Instruction), InFlight: w.InFlight, JobsClaimed: w.JobsClaimed,
+		RegisteredAt: w.RegisteredAt.UTC(), LastHeartbeat: w.LastHeartbeat.UTC(),
+		LastActiveAt: utcPtr(w.LastActiveAt), Telemetry: w.Telemetry,
+	}
+	if out.Types == nil {
+		out.Types = []string{}
+	}
+	return out
+}

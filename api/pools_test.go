@@ -1,0 +1,164 @@
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/pools"
+	"github.com/gpuorch/orchestrator/streams"
+)
+
+// setupPools is the real stack with the pools service, and the service itself.
+func setupPools(t *testing.T) (*bundle, *pools.Service) {
+	t.Helper()
+	st := testenv.MySQLStore(t)
+	rdb := streams.NewRedis(testenv.RedisAddr(t), "")
+	t.Cleanup(func() { _ = rdb.Close() })
+	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
+	cfg := testConfig(t)
+	log := slog.New(slog.DiscardHandler)
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log})
+	svc := pools.NewService(st, sc, cfg, pools.ServiceOptions{Logger: log})
+	set, tokens := testTokens(t)
+	srv := New(Options{Engine: eng, Auth: AuthOptions{Tokens: set}, Logger: log, Pools: svc})
+	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}, svc
+}
+
+var mistral = client.PoolRequest{PoolID: "mistral", AgentName: "alice", ModelID: "mistral-7b", Adapter: "vllm",
+	Types: []string{"noop"}, DesiredWorkers: 2, HoldSeconds: 300}
+
+func TestPoolsAPI(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CreateGetListIdempotent", func(t *testing.T) {
+		t.Parallel()
+		b, _ := setupPools(t)
+		rec := b.request(t, http.MethodPost, "/workers/pool", "admin", mistral)
+		require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+		created := decode[client.PoolResponse](t, rec)
+		require.True(t, created.Created)
+		require.Equal(t, client.PoolStarting, created.Pool.Status)
+		require.NotEmpty(t, created.PreloadID)
+
+		rec = b.request(t, http.MethodPost, "/workers/pool", "admin", mistral)
+		require.Equal(t, http.StatusOK, rec.Code)
+		again := decode[client.PoolResponse](t, rec)
+		require.False(t, again.Created)
+		require.False(t, again.Updated)
+
+		scaled := mistral
+		scaled.DesiredWorkers = 4
+		rec = b.request(t, http.MethodPost, "/workers/pool", "admin", scaled)
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.True(t, decode[client.PoolResponse](t, rec).Updated)
+
+		rec = b.request(t, http.MethodGet, "/workers/pools", "alice", nil)
+		require.Equal(t, http.StatusOK, rec.Code)
+		list := decode[client.PoolList](t, rec)
+		require.Len(t, list.Pools, 1)
+		require.Equal(t, 4, list.Pools[0].DesiredWorkers)
+
+		rec = b.request(t, http.MethodPost, "/internal/workers/register", "worker", client.RegisterWorkerRequest{
+			WorkerID: "mistral-1", PoolID: "mistral", NodeID: "n1", Types: []string{"noop"}, Concurrency: 2})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		rec = b.request(t, http.MethodGet, "/workers/pools/mistral", "admin", nil)
+		require.Equal(t, http.StatusOK, rec.Code)
+		got := decode[client.Pool](t, rec)
+		require.Len(t, got.Workers, 1)
+		require.Equal(t, "mistral-1", got.Workers[0].WorkerID)
+		require.Equal(t, client.WorkerIdle, got.Workers[0].Status)
+
+		requireError(t, b.request(t, http.MethodGet, "/workers/pools/nope", "admin", nil), http.StatusNotFound, CodeNotFound, "")
+	})
+
+	t.Run("BadInputAndRoles", func(t *testing.T) {
+		t.Parallel()
+		b, _ := setupPools(t)
+		bad := mistral
+		bad.DesiredWorkers = -1
+		requireError(t, b.request(t, http.MethodPost, "/workers/pool", "admin", bad), http.StatusBadRequest, CodeInvalidRequest, "desired_workers")
+		bad = mistral
+		bad.Types = []string{"unknown"}
+		requireError(t, b.request(t, http.MethodPost, "/workers/pool", "admin", bad), http.StatusBadRequest, CodeInvalidRequest, "types")
+		requireError(t, b.request(t, http.MethodPost, "/workers/pool", "admin", `{"pool_id":"x","gpu":1}`), http.StatusBadRequest, CodeInvalidRequest, "gpu")
+		requireError(t, b.request(t, http.MethodPost, "/workers/pool", "alice", mistral), http.StatusForbidden, CodeForbidden, "")
+		requireError(t, b.request(t, http.MethodPost, "/control/evict_pool", "alice", client.EvictRequest{PoolID: "x"}), http.StatusForbidden, CodeForbidden, "")
+		requireError(t, b.request(t, http.MethodPost, "/control/evict_pool", "admin", `{}`), http.StatusBadRequest, CodeInvalidRequest, "pool_id")
+		requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "alice", client.RegisterWorkerRequest{WorkerID: "w"}), http.StatusForbidden, CodeForbidden, "")
+		requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "worker", client.RegisterWorkerRequest{WorkerID: "bad id"}), http.StatusBadRequest, CodeInvalidRequest, "worker_id")
+		requireError(t, b.request(t, http.MethodPost, "/internal/workers/w/heartbeat", "worker", client.WorkerHeartbeatRequest{Status: "sleeping"}), http.StatusBadRequest, CodeInvalidRequest, "status")
+	})
+
+	t.Run("HeartbeatsAndInstructions", func(t *testing.T) {
+		t.Parallel()
+		b, svc := setupPools(t)
+		require.Equal(t, http.StatusCreated, b.request(t, http.MethodPost, "/workers/pool", "admin", mistral).Code)
+		rec := b.request(t, http.MethodPost, "/internal/workers/register", "worker", client.RegisterWorkerRequest{
+			WorkerID: "w1", PoolID: "mistral", Types: []string{"noop"}})
+		in := decode[client.WorkerInstruction](t, rec)
+		require.Equal(t, client.InstructionNone, in.Instruction)
+		require.Equal(t, svc.HeartbeatInterval(), time.Duration(in.HeartbeatInterval))
+
+		// The pool's own agent keeps it warm; another agent may not.
+		require.Equal(t, http.StatusOK, b.request(t, http.MethodPost, "/workers/pools/mistral/heartbeat", "alice", nil).Code)
+		requireError(t, b.request(t, http.MethodPost, "/workers/pools/mistral/heartbeat", "bob", nil), http.StatusForbidden, CodeForbidden, "")
+
+		rec = b.request(t, http.MethodPost, "/workers/pools/mistral/drain", "admin", nil)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		change := decode[client.PoolChange](t, rec)
+		require.True(t, change.Changed)
+		require.Equal(t, client.PoolDraining, change.Pool.Status)
+
+		rec = b.request(t, http.MethodPost, "/internal/workers/w1/heartbeat", "worker", client.WorkerHeartbeatRequest{
+			Status: client.WorkerExecuting, InFlight: 1, JobsClaimed: 1,
+			Telemetry: &client.NodeTelemetry{NodeID: "n1", Source: "simulated", GPUs: []client.GPUTelemetry{{Index: 0, MemoryTotalMB: 24576}}}})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		in = decode[client.WorkerInstruction](t, rec)
+		require.Equal(t, client.InstructionDrain, in.Instruction)
+		require.Equal(t, client.PoolDraining, in.PoolStatus)
+
+		rec = b.request(t, http.MethodPost, "/control/evict_pool", "admin", client.EvictRequest{PoolID: "mistral"})
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.Equal(t, client.PoolEvicted, decode[client.PoolChange](t, rec).Pool.Status)
+		requireError(t, b.request(t, http.MethodPost, "/workers/pools/mistral/drain", "admin", nil), http.StatusConflict, CodeConflict, "")
+
+		require.Equal(t, http.StatusNoContent, b.request(t, http.MethodPost, "/internal/workers/w1/deregister", "worker", nil).Code)
+		requireError(t, b.request(t, http.MethodPost, "/internal/workers/w1/heartbeat", "worker",
+			client.WorkerHeartbeatRequest{Status: client.WorkerIdle}), http.StatusNotFound, CodeNotFound, "")
+	})
+
+	t.Run("ControlDrainAndReconcile", func(t *testing.T) {
+		t.Parallel()
+		b, svc := setupPools(t)
+		for _, id := range []string{"a", "b"} {
+			p := mistral
+			p.PoolID = id
+			require.Equal(t, http.StatusCreated, b.request(t, http.MethodPost, "/workers/pool", "admin", p).Code)
+		}
+		rec := b.request(t, http.MethodPost, "/control/drain", "admin", nil)
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.Len(t, decode[client.DrainAllResponse](t, rec).Drained, 2)
+
+		rec = b.request(t, http.MethodPost, "/control/reconcile", "admin", nil)
+		require.Equal(t, http.StatusAccepted, rec.Code)
+		require.False(t, decode[client.ReconcileResponse](t, rec).Triggered, "no reconciler runs here")
+		woken := make(chan struct{}, 1)
+		svc.SetWaker(func() { woken <- struct{}{} })
+		rec = b.request(t, http.MethodPost, "/control/reconcile", "admin", nil)
+		require.True(t, decode[client.ReconcileResponse](t, rec).Triggered)
+		<-woken
+	})
+
+	t.Run("DisabledWithoutService", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		requireError(t, b.request(t, http.MethodGet, "/workers/pools", "admin", nil), http.StatusServiceUnavailable, CodeUnavailable, "")
+	})
+}

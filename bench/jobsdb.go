@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// jobsDB reads one scenario's job rows (job_id LIKE prefix%) from the orchestrator's database.
+// The database is the truth of the orchestrator, so the bench measures there rather than
+// trusting what a client saw: created_at is when the submit committed, started_at when a worker
+// reported the handler's start, finished_at when the result committed (all DATETIME(6), UTC).
+type jobsDB struct {
+	db      *sql.DB
+	jobType string
+	// noHint is set once the index hint of terminalCounts failed (the index was renamed).
+	noHint *atomic.Bool
+}
+
+// typeStatusIndex is the (type, status) index of orchestrator_jobs. With the primary key
+// appended it orders (type, status, job_id), so a count of one scenario's terminal jobs reads
+// exactly those entries; the optimizer picks it only for the type column unless told.
+const typeStatusIndex = "idx_jobs_type_status"
+
+// likePrefix returns the LIKE pattern of the ids starting with prefix.
+func likePrefix(prefix string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return r.Replace(prefix) + "%"
+}
+
+// terminalCounts counts the scenario's jobs in terminal statuses. It is the 100ms poll of the
+// wait for completion, so it is kept cheap: the (type, status) index with the primary key
+// appended covers it, and only terminal rows are read.
+func (j jobsDB) terminalCounts(ctx context.Context, prefix string) (map[string]int, error) {
+	const q = `SELECT status, COUNT(*) FROM orchestrator_jobs %s
+		WHERE type = ? AND status IN ('done', 'dead_letter', 'cancelled') AND job_id LIKE ?
+		GROUP BY status`
+	if !j.noHint.Load() {
+		out, err := j.counts(ctx, fmt.Sprintf(q, "FORCE INDEX ("+typeStatusIndex+")"), j.jobType, likePrefix(prefix))
+		if err == nil || ctx.Err() != nil {
+			return out, err
+		}
+		j.noHint.Store(true)
+		progress("poll: the index hint failed (%v); counting without it", err)
+	}
+	return j.counts(ctx, fmt.Sprintf(q, ""), j.jobType, likePrefix(prefix))
+}
+
+// unfinished counts the jobs of the whole database that are not in a terminal status (the
+// status-first dispatch index answers it without reading rows).
+func (j jobsDB) unfinished(ctx context.Context) (int, error) {
+	var n int
+	err := j.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orchestrator_jobs
+		WHERE status IN ('pending', 'claimed', 'running', 'failed')`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count unfinished jobs: %w", err)
+	}
+	return n, nil
+}
+
+// statusCounts counts the scenario's jobs by status.
+func (j jobsDB) statusCounts(ctx context.Context, prefix string) (map[string]int, error) {
+	return j.counts(ctx, `SELECT status, COUNT(*) FROM orchestrator_jobs WHERE job_id LIKE ? GROUP BY status`,
+		likePrefix(prefix))
+}
+
+func (j jobsDB) counts(ctx context.Context, q string, args ...any) (map[string]int, error) {
+	rows, err := j.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var status string
+		var n int
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, fmt.Errorf("count jobs: %w", err)
+		}
+		out[status] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	return out, nil
+}
+
+// doneWindow is the time span of a scenario's done jobs, from the database's timestamps.
+type doneWindow struct {
+	Jobs          int
+	FirstCreated  time.Time
+	FirstStarted  time.Time
+	FirstFinished time.Time
+	LastFinished  time.Time
+}
+
+// window returns the span of the scenario's done jobs; Jobs is 0 (and the times zero) when
+// none is done.
+func (j jobsDB) window(ctx context.Context, prefix string) (doneWindow, error) {
+	var w doneWindow
+	var fc, fs, ff, lf sql.NullTime
+	err := j.db.QueryRowContext(ctx, `SELECT COUNT(*), MIN(created_at), MIN(started_at), MIN(finished_at), MAX(finished_at)
+		FROM orchestrator_jobs WHERE job_id LIKE ? AND status = 'done'`, likePrefix(prefix)).
+		Scan(&w.Jobs, &fc, &fs, &ff, &lf)
+	if err != nil {
+		return w, fmt.Errorf("read done window: %w", err)
+	}
+	w.FirstCreated, w.FirstStarted, w.FirstFinished, w.LastFinished = fc.Time, fs.Time, ff.Time, lf.Time
+	return w, nil
+}
+
+// latencies returns, for every done job of the scenario, submit → handler start
+// (started_at − created_at) and submit → done (finished_at − created_at).
+func (j jobsDB) latencies(ctx context.Context, prefix string) (start, done []time.Duration, err error) {
+	rows, err := j.db.QueryContext(ctx, `SELECT created_at, started_at, finished_at FROM orchestrator_jobs
+		WHERE job_id LIKE ? AND status = 'done'`, likePrefix(prefix))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read latencies: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var created time.Time
+		var started, finished sql.NullTime
+		if err := rows.Scan(&created, &started, &finished); err != nil {
+			return nil, nil, fmt.Errorf("read latencies: %w", err)
+		}
+		if started.Valid {
+			start = append(start, started.Time.Sub(created))
+		}
+		if finished.Valid {
+			done = append(done, finished.Time.Sub(created))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read latencies: %w", err)
+	}
+	return start, done, nil
+}
+
+// sum adds the values of counts.
+func sum(counts map[string]int) int {
+	n := 0
+	for _, v := range counts {
+		n += v
+	}
+	return n
+}

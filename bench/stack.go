@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gpuorch/orchestrator/api"
+	"github.com/gpuorch/orchestrator/client"
+)
+
+// Time limits of the stack's life cycle.
+const (
+	readyWait    = 60 * time.Second // orchestrator up and migrated
+	workerWait   = 30 * time.Second // worker logged "worker started"
+	stopGrace    = 15 * time.Second // SIGTERM → SIGKILL
+	setupTimeout = 30 * time.Second // database and Redis statements of setup and cleanup
+)
+
+// stack is what the bench measures: either processes it started itself (a fresh database, a
+// Redis key prefix, an orchestrator and workers) or an external orchestrator (-api-url), to
+// which it may still add its own workers.
+type stack struct {
+	o    *options
+	dir  string // config, tokens, logs, profiles
+	info StackInfo
+	api  *client.Client
+	// db is the orchestrator's database; the bench reads job rows from it to measure.
+	db *sql.DB
+
+	orch       *process
+	workerBin  string
+	workerEnv  []string
+	workers    []*process
+	generation int // worker start count, so every start logs to new files
+
+	serverCfg *mysql.Config // the MariaDB server, for dropping dbName
+	dbName    string        // the database the bench created ("" for an external stack)
+	prefix    string        // the Redis prefix the bench owns ("" for an external stack)
+}
+
+// newStack prepares the stack of o. With its own stack it creates the database and tokens and
+// starts the orchestrator; workers are started by the scenarios (startWorkers). On error the
+// part already set up is torn down.
+func newStack(ctx context.Context, o *options, hc *http.Client) (_ *stack, err error) {
+	dir, err := os.MkdirTemp("", "orch-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("set up stack: %w", err)
+	}
+	s := &stack{o: o, dir: dir}
+	s.info = StackInfo{Workers: o.workers, Concurrency: o.concurrency}
+	if o.keep {
+		s.info.LogDir = dir
+	}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if o.apiURL != "" {
+		err = s.external(o, hc)
+	} else {
+		err = s.own(ctx, o, hc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.noWorkers {
+		s.info.Workers = 0
+	}
+	return s, nil
+}
+
+// own creates the database, tokens and config of a private stack and starts its orchestrator.
+func (s *stack) own(ctx context.Context, o *options, hc *http.Client) error {
+	s.info.Mode = "own"
+	orchBin, workerBin, err := binaries(ctx, o.binDir, s.dir)
+	if err != nil {
+		return err
+	}
+	s.workerBin = workerBin
+	cfg, err := mysql.ParseDSN(o.mysqlDSN)
+	if err != nil {
+		return fmt.Errorf("parse -mysql-dsn: %w", err)
+	}
+	cfg.DBName = ""
+	s.serverCfg = cfg.Clone()
+	suffix := randomHex(6)
+	name := "orch_bench_" + suffix
+	if err := execServer(ctx, s.serverCfg, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	s.dbName = name
+	cfg.DBName, cfg.ParseTime = name, true
+	dsn := cfg.FormatDSN()
+	s.prefix = "bench" + suffix + ":"
+	s.info.Database, s.info.RedisPrefix = name, s.prefix
+
+	admin, adminLine, err := api.GenerateToken("admin", "")
+	if err != nil {
+		return err
+	}
+	wtok, workerLine, err := api.GenerateToken("worker", "")
+	if err != nil {
+		return err
+	}
+	tokens := filepath.Join(s.dir, "tokens")
+	if err := os.WriteFile(tokens, []byte(adminLine+"\n"+workerLine+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write tokens file: %w", err)
+	}
+	cfgPath := filepath.Join(s.dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(stackConfig(o)), 0o600); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	url := "http://" + addr
+	s.info.APIURL = url
+	common := []string{
+		"ORCH_CONFIG=" + cfgPath, "ORCH_MYSQL_DSN=" + dsn, "ORCH_REDIS_ADDR=" + o.redisAddr,
+		"ORCH_REDIS_PREFIX=" + s.prefix, "ORCH_HTTP_ADDR=" + addr, "ORCH_API_URL=" + url,
+		"ORCH_LOG_LEVEL=info", "ORCH_LOG_FORMAT=json",
+	}
+	s.workerEnv = slices.Concat(common, []string{"ORCH_API_TOKEN=" + wtok})
+	s.api = newClient(url, admin, hc)
+	if s.db, err = openDB(dsn); err != nil {
+		return err
+	}
+	progress("stack: starting orchestrator on %s (database %s, redis prefix %s)", addr, name, s.prefix)
+	s.orch, err = startProcess(s.dir, "orchestrator", orchBin,
+		slices.Concat(common, []string{"ORCH_TOKENS_FILE=" + tokens}), "serve")
+	if err != nil {
+		return err
+	}
+	return s.waitReady(ctx)
+}
+
+// external points the stack at a running orchestrator; workers it starts use the flags'
+// Redis address and prefix and the worker token.
+func (s *stack) external(o *options, hc *http.Client) error {
+	s.info.Mode, s.info.APIURL, s.info.RedisPrefix = "external", o.apiURL, o.redisPrefix
+	cfg, err := mysql.ParseDSN(o.mysqlDSN)
+	if err != nil {
+		return fmt.Errorf("parse -mysql-dsn: %w", err)
+	}
+	if cfg.DBName == "" {
+		return errors.New("with -api-url, -mysql-dsn must name the orchestrator's database (…/orchestrator)")
+	}
+	cfg.ParseTime = true
+	s.info.Database = cfg.DBName
+	if s.db, err = openDB(cfg.FormatDSN()); err != nil {
+		return err
+	}
+	s.api = newClient(o.apiURL, o.token, hc)
+	if !o.noWorkers {
+		if s.workerBin, err = findBinary(o.binDir, "worker"); err != nil {
+			return err
+		}
+		cfgPath := filepath.Join(s.dir, "config.yaml")
+		if err := os.WriteFile(cfgPath, []byte(stackConfig(o)), 0o600); err != nil {
+			return fmt.Errorf("write config: %w", err)
+		}
+		s.workerEnv = []string{
+			"ORCH_CONFIG=" + cfgPath, "ORCH_REDIS_ADDR=" + o.redisAddr, "ORCH_REDIS_PREFIX=" + o.redisPrefix,
+			"ORCH_API_URL=" + o.apiURL, "ORCH_API_TOKEN=" + o.workerToken, "ORCH_LOG_FORMAT=json",
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if _, err := s.api.Readyz(ctx); err != nil {
+		return fmt.Errorf("external orchestrator at %s: %w", o.apiURL, err)
+	}
+	return nil
+}
+
+// stackConfig is the YAML of the bench's stack: only the job type under test, so workers read
+// one stream, and the worker settings of the flags.
+func stackConfig(o *options) string {
+	return fmt.Sprintf("job_types:\n  %s:\n    handler: noop\nworker:\n  concurrency: %d\n", o.jobType, o.concurrency)
+}
+
+// waitReady polls /readyz until the orchestrator answers ok, failing early if it exits.
+func (s *stack) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		h, err := s.api.Readyz(cctx)
+		ccancel()
+		if err == nil && h.Status == "ok" {
+			return nil
+		}
+		select {
+		case <-s.orch.done:
+			return fmt.Errorf("orchestrator exited (%v) before it was ready; log tail:\n%s", s.orch.err, s.orch.logTail(4096))
+		case <-ctx.Done():
+			return fmt.Errorf("orchestrator not ready within %s (last: %v); log in %s", readyWait, err, s.orch.log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// check returns an error when a process the bench started has died, so that a scenario fails
+// at once instead of waiting for its deadline.
+func (s *stack) check() error {
+	if s.orch != nil && s.orch.exited() {
+		return fmt.Errorf("the orchestrator exited (%v); log tail:\n%s", s.orch.err, s.orch.logTail(2048))
+	}
+	for _, w := range s.workers {
+		if w.exited() {
+			return fmt.Errorf("worker %s exited (%v); log tail:\n%s", w.name, w.err, w.logTail(2048))
+		}
+	}
+	return nil
+}
+
+// canManageWorkers reports whether the bench starts and stops the workers.
+func (s *stack) canManageWorkers() bool { return !s.o.noWorkers }
+
+// startWorkers starts -workers worker processes and waits until each has started its loop.
+func (s *stack) startWorkers(ctx context.Context) error {
+	if !s.canManageWorkers() || len(s.workers) > 0 {
+		return nil
+	}
+	s.generation++
+	for i := range s.o.workers {
+		id := fmt.Sprintf("bench-w%d-%d", s.generation, i+1)
+		p, err := startProcess(s.dir, id, s.workerBin, slices.Concat(s.workerEnv, []string{"ORCH_WORKER_ID=" + id}),
+			"-types", s.o.jobType, "-concurrency", fmt.Sprint(s.o.concurrency))
+		if err != nil {
+			return err
+		}
+		s.workers = append(s.workers, p)
+	}
+	ctx, cancel := context.WithTimeout(ctx, workerWait)
+	defer cancel()
+	for _, p := range s.workers {
+		if err := p.waitLog(ctx, `"worker started"`); err != nil {
+			return fmt.Errorf("start workers: %w", err)
+		}
+	}
+	return nil
+}
+
+// stopWorkers drains every worker (SIGTERM) in parallel and waits for them to exit.
+func (s *stack) stopWorkers() error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(s.workers))
+	for i, p := range s.workers {
+		wg.Go(func() { errs[i] = p.stop(stopGrace) })
+	}
+	wg.Wait()
+	s.workers = nil
+	return errors.Join(errs...)
+}
+
+// close stops every process, then (unless -keep) drops the database, deletes the Redis keys and
+// removes the log directory. It is safe on a partly set up stack.
+func (s *stack) close() {
+	if err := s.stopWorkers(); err != nil {
+		progress("cleanup: %v", err)
+	}
+	if s.orch != nil {
+		if err := s.orch.stop(stopGrace); err != nil {
+			progress("cleanup: %v", err)
+		}
+	}
+	if s.db != nil {
+		_ = s.db.Close()
+	}
+	if s.o.keep {
+		progress("cleanup: -keep: database %q, redis prefix %q and logs in %s are left", s.dbName, s.prefix, s.dir)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if s.dbName != "" {
+		if err := execServer(ctx, s.serverCfg, "DROP DATABASE IF EXISTS `"+s.dbName+"`"); err != nil {
+			progress("cleanup: drop database %s: %v", s.dbName, err)
+		}
+	}
+	if s.prefix != "" {
+		if err := deleteRedisKeys(ctx, s.o.redisAddr, s.prefix); err != nil {
+			progress("cleanup: delete redis keys %s*: %v", s.prefix, err)
+		}
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+// execServer runs one statement on the MariaDB server of cfg (no database selected).
+func execServer(ctx context.Context, cfg *mysql.Config, q string) error {
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return fmt.Errorf("connect to MariaDB: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("MariaDB at %s: %w", cfg.Addr, err)
+	}
+	return nil
+}
+
+// openDB opens the measurement connection pool; a few connections are plenty.
+func openDB(dsn string) (*sql.DB, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	db.SetMaxOpenConns(4)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return db, nil
+}
+
+// deleteRedisKeys removes every key under prefix.
+func deleteRedisKeys(ctx context.Context, addr, prefix string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("scan: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := rdb.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("del: %w", err)
+	}
+	return nil
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// randomHex returns n random bytes as hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/telemetry"
+)
+
+// startLeaseLoops starts the loops of leases: the telemetry poller of this orchestrator's own
+// node, whose snapshots go to gpu_devices (simulated GPUs follow the node's reservations), and
+// the lease purger, which expires leases whose holder went quiet and rescues their jobs. The
+// purger runs in every instance for now (its writes are idempotent compare-and-sets); the
+// leader wiring gates it and fences it with the term. The function returned stops both.
+func startLeaseLoops(ctx context.Context, cfg *config.Config, eng *engine.Engine, log *slog.Logger) (stop func(), err error) {
+	lm := eng.Leases()
+	provider, err := telemetry.Auto(cfg.NodeID, telemetry.AutoOptions{
+		SimGPUs: cfg.Telemetry.SimGPUs,
+		Disable: cfg.Telemetry.NVMLDisable,
+		NVML:    telemetry.NVMLOptions{LibraryPath: cfg.Telemetry.NVMLLibrary, Logger: log},
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start gpu telemetry: %w", err)
+	}
+	if sim, ok := provider.(*telemetry.Simulated); ok {
+		provider = lm.Follow(sim, cfg.NodeID)
+	}
+	poller, err := telemetry.NewPoller(provider, telemetry.PollerConfig{
+		Interval: cfg.Telemetry.PollInterval, Sink: lm.RecordSnapshot, Logger: log,
+	})
+	if err != nil {
+		_ = provider.Close()
+		return nil, fmt.Errorf("start gpu telemetry: %w", err)
+	}
+	// The lease purger is leader-only work (leadership.go).
+	_ = poller.Start(ctx) // returns at once, never fails
+	return func() {
+		poller.Stop()
+		if err := provider.Close(); err != nil {
+			log.Warn("close gpu telemetry", "error", err)
+		}
+	}, nil
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS orchestrator_audit;
+DROP TABLE IF EXISTS orchestrator_jobs;

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS gpu_devices;
+DROP TABLE IF EXISTS orchestrator_leases;

@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/client"
+)
+
+// shortLeases makes leases expire three seconds after their holder goes quiet, and the purger
+// notice within a fifth of a second, so that rescues happen within the tests' patience.
+const shortLeases = `
+leases:
+  ttl: 3s
+  purge_interval: 200ms
+telemetry:
+  poll_interval: 500ms
+`
+
+// newGPUCluster is a cluster with short leases and two GPU job types: gpu_sleep (the sleep
+// handler, 16 GB) and gpu_env (exec of env, 1 GB: its result is the environment the handler's
+// process got).
+func newGPUCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := newCluster(t, shortLeases)
+	cfg := strings.Replace(baseConfig, "job_types:\n", `job_types:
+  gpu_sleep:
+    handler: sleep
+    gpu_memory_mb: 16000
+    backoff: {initial: 200ms, max: 1s}
+  gpu_env:
+    handler: exec
+    command: env
+    gpu_memory_mb: 1000
+`, 1)
+	cfg = strings.Replace(cfg, "  commands:\n", "  commands:\n    env:\n      argv: [\"env\"]\n", 1)
+	require.NoError(t, os.WriteFile(filepath.Join(c.dir, "config.yaml"), []byte(cfg+shortLeases), 0o600))
+	return c
+}
+
+// startGPUWorker starts a worker of the GPU types on node, with one simulated 24 GiB GPU and
+// one job at a time (so that it never waits in a read while its job runs).
+func (c *cluster) startGPUWorker(name, node string) *proc {
+	return c.startWorker(name, "ORCH_NODE_ID="+node, "ORCH_SIM_GPUS=24576", "ORCH_WORKER_CONCURRENCY=1",
+		"ORCH_WORKER_TYPES=gpu_sleep,gpu_env")
+}
+
+// auditTypes returns the audit event types of a job, oldest first.
+func (c *cluster) auditTypes(jobID string) []string {
+	rows, err := c.db.Query(`SELECT event_type FROM orchestrator_audit WHERE job_id = ? ORDER BY id`, jobID)
+	require.NoError(c.t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(c.t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(c.t, rows.Err())
+	return out
+}
+
+// waitJob polls a job until cond holds, failing with its last state after d.
+func (c *cluster) waitJob(id string, d time.Duration, cond func(client.Job) bool) client.Job {
+	t := c.t
+	t.Helper()
+	var job client.Job
+	require.Eventually(t, func() bool {
+		var err error
+		job, err = c.api.GetJob(context.Background(), id)
+		return err == nil && cond(job)
+	}, d, 50*time.Millisecond, "job %s: last seen %+v", id, job)
+	return job
+}
+
+// jobLeases returns the leases of a job, oldest first.
+func (c *cluster) jobLeases(id string) []client.Lease {
+	ls, err := c.api.ListLeases(context.Background(), client.ListLeasesParams{JobID: id})
+	require.NoError(c.t, err)
+	for i, j := 0, len(ls.Leases)-1; i < j; i, j = i+1, j-1 {
+		ls.Leases[i], ls.Leases[j] = ls.Leases[j], ls.Leases[i]
+	}
+	return ls.Leases
+}
+
+// TestLeaseWorkerKilledJobRescued: a GPU job runs with CUDA_VISIBLE_DEVICES, ORCH_LEASE_TOKEN
+// and ORCH_JOB_ID from its lease; a worker killed with SIGKILL in the middle of a GPU job
+// stops renewing its lease, which expires after the TTL; the job is retried on another node's
+// worker and ends done. The killed attempt stays in the audit trail.
+func TestLeaseWorkerKilledJobRescued(t *testing.T) {
+	t.Parallel()
+	c := newGPUCluster(t)
+	c.startOrchestrator("orchestrator")
+	victim := c.startGPUWorker("victim", "node-a")
+
+	// The handler's process sees its lease.
+	c.submitMany("gpu_env", []string{"env-1"}, func(int) string { return `{}` }, 1)
+	env := c.waitJob("env-1", time.Minute, func(j client.Job) bool { return j.Status == "done" })
+	var out string
+	require.NoError(t, json.Unmarshal(env.Result, &out))
+	envLeases := c.jobLeases("env-1")
+	require.Len(t, envLeases, 1)
+	require.Contains(t, out, "CUDA_VISIBLE_DEVICES=0\n")
+	require.Contains(t, out, "ORCH_JOB_ID=env-1\n")
+	require.Contains(t, out, "ORCH_LEASE_TOKEN="+envLeases[0].Token+"\n")
+	require.Equal(t, client.LeaseReleased, envLeases[0].Status, "completion released the lease")
+
+	c.submitMany("gpu_sleep", []string{"rescued"}, func(int) string { return `{"ms": 4000}` }, 1)
+	c.waitJob("rescued", time.Minute, func(j client.Job) bool { return j.Status == "running" })
+	victim.kill()
+	c.startGPUWorker("rescuer", "node-b")
+
+	job := c.waitJob("rescued", 2*time.Minute, func(j client.Job) bool { return j.Status == "done" })
+	require.Equal(t, 2, job.Attempts)
+	require.Equal(t, "rescuer", job.WorkerID)
+	require.JSONEq(t, `{"slept_ms":4000}`, string(job.Result))
+	audit := c.auditTypes("rescued")
+	for _, want := range []string{"lease.expired", "job.running->failed", "job.failed->pending", "lease.released"} {
+		require.Contains(t, audit, want, "audit trail: %v", audit)
+	}
+	var done int
+	for _, ev := range audit {
+		if ev == "job.running->done" {
+			done++
+		}
+	}
+	require.Equal(t, 1, done, "audit trail: %v", audit)
+	ls := c.jobLeases("rescued")
+	require.Len(t, ls, 2)
+	require.Equal(t, client.LeaseExpired, ls[0].Status)
+	require.Equal(t, "node-a", ls[0].NodeID)
+	require.Equal(t, client.LeaseReleased, ls[1].Status)
+	require.Equal(t, "node-b", ls[1].NodeID)
+
+	var lastError string
+	require.NoError(t, c.db.QueryRow(`SELECT JSON_VALUE(details, '$.error') FROM orchestrator_audit
+		WHERE job_id = ? AND event_type = 'job.running->failed'`, "rescued").Scan(&lastError))
+	require.Equal(t, "worker lost", lastError)
+}
+
+// TestLeaseZombieWorker: a worker paused with SIGSTOP past its lease's TTL loses the job to a
+// rescuer; resumed, its late result is refused (409 lease_expired) and dropped, and the job's
+// final state is the rescuer's run.
+func TestLeaseZombieWorker(t *testing.T) {
+	t.Parallel()
+	c := newGPUCluster(t)
+	c.startOrchestrator("orchestrator")
+	zombie := c.startGPUWorker("zombie", "node-a")
+	c.submitMany("gpu_sleep", []string{"contested"}, func(int) string { return `{"ms": 2000}` }, 1)
+	c.waitJob("contested", time.Minute, func(j client.Job) bool { return j.Status == "running" })
+	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = zombie.cmd.Process.Signal(syscall.SIGCONT) })
+
+	c.startGPUWorker("rescuer", "node-b")
+	c.waitJob("contested", time.Minute, func(j client.Job) bool {
+		return j.Status == "running" && j.WorkerID == "rescuer"
+	})
+	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
+	require.Eventually(t, func() bool { return logContains(zombie, "result refused") },
+		time.Minute, 50*time.Millisecond, "the zombie's late result was not refused")
+	t.Logf("zombie: %s", logLine(zombie, "result refused"))
+
+	job := c.waitJob("contested", time.Minute, func(j client.Job) bool { return j.Status == "done" })
+	require.Equal(t, "rescuer", job.WorkerID)
+	require.Equal(t, 2, job.Attempts)
+	var doneBy string
+	require.NoError(t, c.db.QueryRow(`SELECT actor FROM orchestrator_audit
+		WHERE job_id = ? AND event_type = 'job.running->done'`, "contested").Scan(&doneBy))
+	require.Equal(t, "worker:rescuer", doneBy, "done once, by the rescuer")
+	require.Equal(t, client.LeaseExpired, c.jobLeases("contested")[0].Status)
+	require.Eventually(t, func() bool { return c.pendingEntries(map[string]string{"gpu_sleep": "gpu_sleep"}) == 0 },
+		30*time.Second, 50*time.Millisecond, "the zombie acked its entry")
+}
+
+// TestLeaseGrantsTwoInstances: two orchestrator processes report the same simulated node (two
+// 24 GiB GPUs) and take 200 concurrent lease requests of random sizes between them (24 in
+// flight at a time). After
+// every grant the active reservations of each GPU are within its capacity minus the margin;
+// every denial says why.
+func TestLeaseGrantsTwoInstances(t *testing.T) {
+	t.Parallel()
+	// Admission control is off: its gates (GPU memory pressure, token buckets) refuse requests
+	// of their own, with their own tests; this one is about placement.
+	c := newCluster(t, shortLeases+"admission:\n  disabled: true\n")
+	sim := []string{"ORCH_SIM_GPUS=2x24576", "ORCH_NODE_ID=gpu-node"}
+	c.start("orchestrator-1", "orchestrator", sim, "serve")
+	c.waitReady()
+	addr2 := freeAddr(t)
+	c.start("orchestrator-2", "orchestrator", append(sim, "ORCH_HTTP_ADDR="+addr2), "serve")
+	apis := []*client.Client{c.api, client.New("http://"+addr2, c.adminToken)}
+	require.Eventually(t, func() bool {
+		gpus, err := apis[1].ListGPUs(context.Background(), "gpu-node")
+		return err == nil && len(gpus.GPUs) == 2 && gpus.GPUs[0].Fresh && gpus.GPUs[1].Fresh
+	}, time.Minute, 50*time.Millisecond, "the instances never reported their node")
+
+	const capacity = 24576 - 512
+	// The checks share a few connections: MariaDB's connection limit is shared by the
+	// orchestrators of every test running in parallel.
+	c.db.SetMaxOpenConns(4)
+	overCommitted := func() error {
+		rows, err := c.db.Query(`SELECT gpu_index, SUM(memory_mb) FROM orchestrator_leases
+			WHERE node_id = 'gpu-node' AND status = 'active' GROUP BY gpu_index`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var idx, sum int64
+			if err := rows.Scan(&idx, &sum); err != nil {
+				return err
+			}
+			if sum > capacity {
+				return errors.New("gpu over-committed")
+			}
+		}
+		return rows.Err()
+	}
+	var (
+		wg              sync.WaitGroup
+		granted, denied atomic.Int64
+		errs            = make(chan error, 200)
+		start           = make(chan struct{})
+		// At most 24 requests in flight: each holds one of its instance's MariaDB connections
+		// while it waits for the node's lock, and the server's connection limit is shared
+		// with the tests running in parallel. (api.TestLeaseGrantsNeverOvercommit has all 200
+		// in flight at once, in process.)
+		inflight = make(chan struct{}, 24)
+	)
+	for i := range 200 {
+		wg.Go(func() {
+			<-start
+			inflight <- struct{}{}
+			defer func() { <-inflight }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			api := apis[i%2]
+			g, err := api.GrantLease(ctx, client.LeaseRequest{Agent: "e2e", MinMemoryMB: 1000 + rand.Int64N(15000), TTLSeconds: 300})
+			var apiErr *client.APIError
+			switch {
+			case errors.As(err, &apiErr):
+				denied.Add(1)
+				if apiErr.StatusCode != http.StatusConflict || apiErr.Code != client.CodeNoCapacity || apiErr.Message == "" {
+					errs <- err
+				}
+				return
+			case err != nil:
+				errs <- err
+				return
+			}
+			granted.Add(1)
+			if err := overCommitted(); err != nil {
+				errs <- err
+			}
+			if i%2 == 0 {
+				if _, err := api.ReleaseLease(ctx, g.Token); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Positive(t, granted.Load())
+	require.Positive(t, denied.Load())
+	require.NoError(t, overCommitted())
+	t.Logf("granted %d, denied %d", granted.Load(), denied.Load())
+}
+
+// logLine returns the first line of p's log that contains s.
+func logLine(p *proc, s string) string {
+	b, _ := os.ReadFile(p.log)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
+}

@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// JobChange is one committed change of a job's status, as an Observer sees it.
+type JobChange struct {
+	JobID string
+	Type  string
+	// From is the status before; empty for a submit (a new pending job).
+	From store.JobStatus
+	To   store.JobStatus
+	// At is when the change was made (the engine clock).
+	At time.Time
+	// Wait is set on a start (claimed → running): the time since the job became available
+	// (its submit, for a first attempt; the end of its backoff, for a retry).
+	Wait time.Duration
+	// Run is set when a run ends (running → done, failed or cancelled): the time since the
+	// start.
+	Run time.Duration
+}
+
+// Observer is told about every job status change after its transaction commits, in commit
+// order per transaction; a transaction that rolls back (or is retried) reports nothing for the
+// attempts that did not commit. It is called on the hot path: it must not block. The metrics
+// of package metrics implement it.
+type Observer interface {
+	ObserveJobs(changes []JobChange)
+}
+
+// observedStore reports the job changes of committed transactions to an Observer. The engine
+// wraps its store in it, so that every transaction of every engine operation is observed
+// without each operation knowing; transition records into the observedTx it is given.
+type observedStore struct {
+	store.Store
+	obs Observer
+}
+
+// WithTx runs fn with a recording transaction and reports what it recorded once it commits.
+func (s *observedStore) WithTx(ctx context.Context, fn func(store.Tx) error) error {
+	var changes []JobChange
+	err := s.Store.WithTx(ctx, func(tx store.Tx) error {
+		otx := &observedTx{Tx: tx}
+		err := fn(otx)
+		changes = otx.changes // only the last (committing) attempt counts
+		return err
+	})
+	if err == nil && len(changes) > 0 {
+		s.obs.ObserveJobs(changes)
+	}
+	return err
+}
+
+// observedTx is a transaction that records job changes.
+type observedTx struct {
+	store.Tx
+	changes []JobChange
+}
+
+// JobInsert records a submit: a job that was inserted (not one that existed).
+func (t *observedTx) JobInsert(ctx context.Context, p store.JobInsertParams) (store.Job, bool, error) {
+	j, inserted, err := t.Tx.JobInsert(ctx, p)
+	if err == nil && inserted {
+		t.changes = append(t.changes, JobChange{JobID: j.ID, Type: j.Type, To: store.JobPending, At: p.Now})
+	}
+	return j, inserted, err
+}
+
+// recordTransition notes a transition of j from → j.Status when tx records them.
+func recordTransition(tx store.Executor, from store.JobStatus, j *store.Job, at time.Time) {
+	otx, ok := tx.(*observedTx)
+	if !ok {
+		return
+	}
+	c := JobChange{JobID: j.ID, Type: j.Type, From: from, To: j.Status, At: at}
+	switch {
+	case j.Status == store.JobRunning && !j.AvailableAt.IsZero():
+		c.Wait = max(at.Sub(j.AvailableAt), 0)
+	case from == store.JobRunning && j.StartedAt != nil:
+		c.Run = max(at.Sub(*j.StartedAt), 0)
+	}
+	otx.changes = append(otx.changes, c)
+}

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/streams"
+)
+
+// recoveryBatch is how many jobs one page of the re-publication walks.
+const recoveryBatch = 500
+
+// Reasons RecoverRedis gives for a recovery.
+const (
+	RecoveryMarkerMissing = "marker_missing" // FLUSHALL, keys deleted, restart without persistence, first start
+	RecoveryRunIDChanged  = "run_id_changed" // restart or failover: the newest writes may be gone
+	RecoveryGroupMissing  = "group_missing"  // a consumer group (or its stream) is gone
+)
+
+// RecoveryResult says what RecoverRedis found and did.
+type RecoveryResult struct {
+	// Reason is why Redis was considered to have lost data; "" when it was not (nothing done).
+	Reason string
+	// Republished counts the non-terminal jobs published again.
+	Republished int
+	// Requeued counts the jobs handed back to an outbox relay instead (pending jobs not due
+	// yet, for the dispatcher; dead letters whose DLQ entry is gone, for the DLQ relay).
+	Requeued int
+}
+
+// RecoverRedis detects that Redis lost the orchestrator's data and repairs it; the database is
+// the truth, so nothing is lost for good. Redis is considered to have lost data when the
+// marker key is gone (FLUSHALL, deleted keys, a restart without persistence), when the server's
+// run_id differs from the one recorded in it (a restart or failover may have dropped the newest
+// writes), or when a consumer group is missing. Then every consumer group is created again,
+// every non-terminal job is published again (duplicates are harmless: claiming is a
+// compare-and-set), dead letters whose DLQ entry is gone are handed to the DLQ relay, and the
+// marker records the run_id. The marker is first set to a unique "recovering" value and
+// swapped for the run_id only at the end, so a recovery that fails, or a loss that happens
+// during it, is detected again on the next call.
+func (e *Engine) RecoverRedis(ctx context.Context, fence Fence) (RecoveryResult, error) {
+	reason, runID, err := e.detectRedisLoss(ctx)
+	if err != nil || reason == "" {
+		return RecoveryResult{}, err
+	}
+	res := RecoveryResult{Reason: reason}
+	e.log.Warn("redis lost data; recreating groups and publishing every live job again", "reason", reason, "run_id", runID)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	token := "recovering:" + hex.EncodeToString(b[:])
+	if err := e.streams.SetMarker(ctx, token); err != nil {
+		return res, fmt.Errorf("recover redis: %w", err)
+	}
+	for _, name := range e.cfg.TypeNames() {
+		if err := e.streams.EnsureGroup(ctx, e.cfg.JobTypes[name].Stream, streams.GroupName(name)); err != nil {
+			return res, fmt.Errorf("recover redis: %w", err)
+		}
+	}
+	for _, name := range e.cfg.TypeNames() {
+		for _, st := range []store.JobStatus{store.JobPending, store.JobClaimed, store.JobRunning, store.JobDeadLetter} {
+			if err := e.scanRecover(ctx, fence, name, st, &res); err != nil {
+				return res, fmt.Errorf("recover redis: %w", err)
+			}
+		}
+	}
+	ok, err := e.streams.SwapMarker(ctx, token, runID)
+	if err != nil {
+		return res, fmt.Errorf("recover redis: %w", err)
+	}
+	if !ok {
+		return res, fmt.Errorf("recover redis: the marker changed during the recovery (data lost again?); the next pass recovers again")
+	}
+	e.log.Info("redis recovered", "reason", reason, "republished", res.Republished, "requeued", res.Requeued)
+	return res, nil
+}
+
+// detectRedisLoss returns the reason to recover ("" for none) and the server's run_id.
+func (e *Engine) detectRedisLoss(ctx context.Context) (reason, runID string, err error) {
+	runID, err = e.streams.RunID(ctx)
+	if err != nil {
+		return "", "", fmt.Errorf("detect redis data loss: %w", err)
+	}
+	marker, found, err := e.streams.Marker(ctx)
+	switch {
+	case err != nil:
+		return "", "", fmt.Errorf("detect redis data loss: %w", err)
+	case !found:
+		return RecoveryMarkerMissing, runID, nil
+	case marker != runID:
+		return RecoveryRunIDChanged, runID, nil
+	}
+	for _, name := range e.cfg.TypeNames() {
+		ok, err := e.streams.GroupExists(ctx, e.cfg.JobTypes[name].Stream, streams.GroupName(name))
+		if err != nil {
+			return "", "", fmt.Errorf("detect redis data loss: %w", err)
+		}
+		if !ok {
+			return RecoveryGroupMissing, runID, nil
+		}
+	}
+	return "", runID, nil
+}
+
+// scanRecover walks the jobs of one type and status in pages and repairs their stream state.
+func (e *Engine) scanRecover(ctx context.Context, fence Fence, typ string, st store.JobStatus, res *RecoveryResult) error {
+	after := ""
+	for {
+		jobs, err := e.store.JobScan(ctx, store.JobScanParams{Type: typ, Status: st, AfterID: after, Limit: recoveryBatch})
+		if err != nil {
+			return err
+		}
+		if len(jobs) == 0 {
+			return nil
+		}
+		after = jobs[len(jobs)-1].ID
+		if st == store.JobDeadLetter {
+			err = e.recoverDeadLetters(ctx, fence, jobs, res)
+		} else {
+			err = e.recoverLive(ctx, fence, jobs, res)
+		}
+		if err != nil {
+			return err
+		}
+		if len(jobs) < recoveryBatch {
+			return nil
+		}
+	}
+}
+
+// recoverLive publishes live jobs again. A pending job that is not due yet cannot be
+// published now (a worker would refuse and drop the entry): its outbox flag is cleared
+// instead, and the dispatcher publishes it when due. A claimed or running job is published
+// too: the entry a worker reads is refused and dropped, which is harmless.
+func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job, res *RecoveryResult) error {
+	now := e.nowUTC()
+	var (
+		due, live []store.Job
+		clear     []string
+	)
+	for _, j := range jobs {
+		switch {
+		case j.Status == store.JobPending && j.AvailableAt.After(now):
+			if j.Enqueued {
+				clear = append(clear, j.ID)
+			}
+			res.Requeued++
+		case j.Status == store.JobPending:
+			due = append(due, j)
+		default:
+			// Claimed or running: an entry lets the reclaimer settle the job should its worker
+			// be gone, but no mark: the row may fail back to pending before a mark lands, and
+			// a mark would hide that retry from the dispatcher.
+			live = append(live, j)
+		}
+	}
+	if err := e.clearEnqueued(ctx, fence, store.JobPending, clear); err != nil {
+		return err
+	}
+	n, err := e.publishFenced(ctx, due, fence)
+	res.Republished += n
+	if err != nil {
+		return err
+	}
+	n, err = e.publishUnmarked(ctx, live)
+	res.Republished += n
+	return err
+}
+
+// recoverDeadLetters hands the published dead letters whose DLQ entry is gone back to the
+// DLQ relay (enqueued=0). Unpublished ones are the relay's already; purged ones stay out.
+func (e *Engine) recoverDeadLetters(ctx context.Context, fence Fence, jobs []store.Job, res *RecoveryResult) error {
+	var ids []string
+	for _, j := range jobs {
+		if id := dlqEntryOf(j); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	exists, err := e.streams.DeadLettersExist(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var clear []string
+	for _, j := range jobs {
+		if id := dlqEntryOf(j); id != "" && !exists[id] {
+			clear = append(clear, j.ID)
+		}
+	}
+	res.Requeued += len(clear)
+	return e.clearEnqueued(ctx, fence, store.JobDeadLetter, clear)
+}
+
+// clearEnqueued clears the outbox flag of ids (with status) behind fence.
+func (e *Engine) clearEnqueued(ctx context.Context, fence Fence, status store.JobStatus, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return e.fenced(ctx, fence, func(tx store.Tx) error {
+		_, err := tx.JobClearEnqueued(ctx, status, ids, e.nowUTC())
+		return err
+	})
+}

@@ -1,0 +1,156 @@
+package engine_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/streams"
+)
+
+// flushPrefix deletes every key of the test's prefix: what FLUSHALL does to this orchestrator.
+func (b *bundle) flushPrefix(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := b.streams.Redis()
+	keys, err := rdb.Keys(ctx, b.streams.Prefix()+"*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	require.NoError(t, rdb.Del(ctx, keys...).Err())
+}
+
+// recover runs RecoverRedis and returns its result.
+func (b *bundle) recover(t *testing.T) engine.RecoveryResult {
+	t.Helper()
+	res, err := b.eng.RecoverRedis(context.Background(), nil)
+	require.NoError(t, err)
+	return res
+}
+
+// streamJobs returns the job ids of every entry of a stream, sorted.
+func (b *bundle) streamJobs(t *testing.T, stream string) []string {
+	t.Helper()
+	msgs, err := b.streams.Redis().XRange(context.Background(), b.streams.StreamKey(stream), "-", "+").Result()
+	require.NoError(t, err)
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.Values["job_id"].(string))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestRecoverRedis(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("FirstRunSetsMarker", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.Equal(t, engine.RecoveryMarkerMissing, b.recover(t).Reason)
+		require.Empty(t, b.recover(t).Reason, "nothing to do once the marker is set")
+		runID, err := b.streams.RunID(ctx)
+		require.NoError(t, err)
+		marker, ok, err := b.streams.Marker(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, runID, marker)
+	})
+
+	t.Run("AfterDataLoss", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		due := b.submit(t, "noop")
+		retry := b.submit(t, "noop")
+		c := b.claim(t, "w1", retry.ID)
+		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
+			{JobID: retry.ID, Attempt: 1, LeaseToken: c.Leases[retry.ID].Token, Error: "flaky"},
+		}})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeRetry, res.Outcomes[0].Outcome)
+		claimed := b.submit(t, "noop")
+		require.Len(t, b.claim(t, "w1", claimed.ID).Claimed, 1)
+		running := b.submit(t, "noop")
+		require.Len(t, b.claim(t, "w1", running.ID).Claimed, 1)
+		_, err = b.eng.Start(ctx, engine.StartParams{WorkerID: "w1", JobIDs: []string{running.ID}})
+		require.NoError(t, err)
+		dlPublished, dlPurged := b.deadLetter(t), b.deadLetter(t)
+		b.relay(t)
+		_, err = b.eng.Purge(ctx, dlPurged.ID, "admin:ops")
+		require.NoError(t, err)
+		dlUnpublished := b.deadLetter(t)
+		b.recover(t) // the first run
+
+		b.flushPrefix(t)
+		rec := b.recover(t)
+		require.Equal(t, engine.RecoveryMarkerMissing, rec.Reason)
+		require.Equal(t, 3, rec.Republished, "the due pending job and the claimed and running ones")
+		require.Equal(t, 2, rec.Requeued, "the retry waiting for its backoff and the published dead letter")
+
+		ok, err := b.streams.GroupExists(ctx, "noop", streams.GroupName("noop"))
+		require.NoError(t, err)
+		require.True(t, ok, "the group is created again")
+		want := []string{due.ID, claimed.ID, running.ID}
+		slices.Sort(want)
+		require.Equal(t, want, b.streamJobs(t, "noop"))
+		ds, err := b.streams.Read(ctx, streams.ReadParams{Group: streams.GroupName("noop"), Consumer: "w9", Streams: []string{"noop"}, Count: 10, Block: 10 * time.Millisecond})
+		require.NoError(t, err)
+		require.Len(t, ds, 3, "workers get the new entries")
+
+		require.False(t, b.reload(t, retry.ID).Enqueued, "the dispatcher publishes it when due")
+		require.False(t, b.reload(t, dlPublished.ID).Enqueued, "the DLQ relay publishes it again")
+		require.True(t, b.reload(t, dlPurged.ID).DeadLetterPurged())
+		require.Equal(t, 2, b.relay(t))
+		var dlq []string
+		for _, e := range b.dlqEntries(t) {
+			dlq = append(dlq, e.JobID)
+		}
+		require.ElementsMatch(t, []string{dlPublished.ID, dlUnpublished.ID}, dlq)
+
+		require.Empty(t, b.recover(t).Reason)
+	})
+
+	t.Run("KeepsDeadLettersWhoseEntriesSurvived", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		dl := b.deadLetter(t)
+		b.relay(t)
+		require.NoError(t, b.streams.SetMarker(ctx, "another-server"))
+		rec := b.recover(t)
+		require.Equal(t, engine.RecoveryRunIDChanged, rec.Reason)
+		require.Zero(t, rec.Requeued)
+		require.True(t, b.reload(t, dl.ID).Enqueued, "its DLQ entry still exists: no duplicate")
+		require.Len(t, b.dlqEntries(t), 1)
+	})
+
+	t.Run("GroupMissing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.recover(t)
+		job := b.submit(t, "noop")
+		require.NoError(t, b.streams.Redis().XGroupDestroy(ctx, b.streams.StreamKey("noop"), streams.GroupName("noop")).Err())
+		rec := b.recover(t)
+		require.Equal(t, engine.RecoveryGroupMissing, rec.Reason)
+		require.Equal(t, 1, rec.Republished)
+		require.Equal(t, []string{job.ID, job.ID}, b.streamJobs(t, "noop"), "duplicates are harmless")
+	})
+
+	t.Run("InterruptedRecoveryIsRedone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.recover(t)
+		job := b.submit(t, "noop")
+		// A recovery that died half-way leaves its token in the marker.
+		require.NoError(t, b.streams.SetMarker(ctx, "recovering:0123456789abcdef"))
+		rec := b.recover(t)
+		require.Equal(t, engine.RecoveryRunIDChanged, rec.Reason)
+		require.Equal(t, 1, rec.Republished)
+		require.Equal(t, store.JobPending, b.reload(t, job.ID).Status)
+		require.Empty(t, b.recover(t).Reason)
+	})
+}

@@ -1,0 +1,94 @@
+package leases
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/telemetry"
+)
+
+// MaxRenewTokens bounds the leases of one renew call (a worker's in-flight jobs).
+const MaxRenewTokens = 10000
+
+// RenewParams is one renew call of a worker: the leases of its in-flight jobs and, optionally,
+// its node's telemetry.
+type RenewParams struct {
+	WorkerID string
+	NodeID   string
+	Tokens   []string
+	// Snapshot is the node's telemetry (nil: none sent); its NodeID must be NodeID.
+	Snapshot *telemetry.Snapshot
+}
+
+// RenewResult answers a renew call.
+type RenewResult struct {
+	// Renewed are the leases extended, with their new expiry.
+	Renewed []store.Lease
+	// Gone are the tokens that can no longer be renewed: released, expired, active past their
+	// expiry (expired, not yet purged), or unknown (Status empty). Their jobs are no longer the
+	// worker's to run: it stops them, and their results would be refused anyway.
+	Gone []GoneLease
+	// Reserved is what the active leases reserve on each GPU of the node, for a worker whose
+	// simulated GPUs follow the reservations (FollowReserved).
+	Reserved map[int]int64
+}
+
+// GoneLease is a token a renew call could not extend.
+type GoneLease struct {
+	Token  string
+	JobID  string
+	Status store.LeaseStatus // "" for an unknown token
+}
+
+// Renew extends the worker's leases by their TTL in one statement, records the node's telemetry
+// when sent, and reads the node's reservations. A lease is never resurrected: one that has
+// ended, or whose expiry passed without a heartbeat, is reported gone even though its row may
+// still say active until the purger runs.
+func (m *Manager) Renew(ctx context.Context, p RenewParams) (RenewResult, error) {
+	if len(p.Tokens) > MaxRenewTokens {
+		return RenewResult{}, fmt.Errorf("renew leases: %d tokens, over the limit of %d", len(p.Tokens), MaxRenewTokens)
+	}
+	if p.Snapshot != nil && p.Snapshot.NodeID != p.NodeID {
+		return RenewResult{}, fmt.Errorf("renew leases: telemetry of node %q sent for node %q", p.Snapshot.NodeID, p.NodeID)
+	}
+	now := m.nowUTC()
+	var res RenewResult
+	if len(p.Tokens) > 0 {
+		leases, err := m.store.LeaseHeartbeat(ctx, p.Tokens, now)
+		if err != nil {
+			return RenewResult{}, fmt.Errorf("renew leases of worker %s: %w", p.WorkerID, err)
+		}
+		found := make(map[string]bool, len(leases))
+		for _, l := range leases {
+			found[l.Token] = true
+			if l.Status == store.LeaseActive && l.ExpiresAt.After(now) {
+				res.Renewed = append(res.Renewed, l)
+			} else {
+				res.Gone = append(res.Gone, GoneLease{Token: l.Token, JobID: l.JobID, Status: l.Status})
+			}
+		}
+		for _, t := range p.Tokens {
+			if !found[t] {
+				found[t] = true
+				res.Gone = append(res.Gone, GoneLease{Token: t})
+			}
+		}
+		if len(res.Gone) > 0 {
+			m.log.Info("worker renewed leases that are gone", "worker_id", p.WorkerID, "gone", len(res.Gone))
+		}
+	}
+	if p.Snapshot != nil {
+		if err := m.RecordSnapshot(ctx, *p.Snapshot); err != nil {
+			return RenewResult{}, err
+		}
+	}
+	if p.NodeID != "" {
+		reserved, err := m.Reserved(ctx, p.NodeID)
+		if err != nil {
+			return RenewResult{}, err
+		}
+		res.Reserved = reserved
+	}
+	return res, nil
+}

@@ -1,0 +1,107 @@
+// Package leases is the lease manager: it places leases on GPUs by their telemetry, grants,
+// renews, releases and lists them, and records the telemetry nodes report (gpu_devices).
+//
+// Nothing runs without a lease (DESIGN.md, principle 2). A gpu lease reserves memory on one GPU
+// of one node; a cpu lease holds a CPU slot and is placed nowhere. Placement reads a node's GPUs
+// with their active reservations under SELECT … FOR UPDATE, so grants on one node are serialized
+// across every orchestrator instance and a GPU is never promised more than it has:
+//
+//	free(gpu) = memory_total − max(memory_used, reserved by active leases) − safety margin
+//
+// where memory_used is the latest telemetry (what the driver sees, including processes the
+// orchestrator knows nothing of) and reserved is what leases promised (including holders that
+// have not allocated yet). A request fits a GPU whose free memory is at least what it asks;
+// among those, the one with the least free memory wins (best fit), leaving large holes for
+// large jobs.
+//
+// Lease states change only through Transition, which checks the allowed-transitions table and
+// returns the audit row to write in the same transaction. Expiry and the rescue of an expired
+// lease's job live in package engine (its LeasePurger), which owns the job state machine.
+package leases
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// ErrIllegalTransition is returned for a move the lease state machine does not allow.
+var ErrIllegalTransition = errors.New("illegal lease transition")
+
+// transitions is the lease state machine: an active lease is released by its holder or expires
+// when the holder goes quiet; both ends are final, so nothing ever resurrects a lease.
+var transitions = map[store.LeaseStatus][]store.LeaseStatus{
+	store.LeaseActive:   {store.LeaseReleased, store.LeaseExpired},
+	store.LeaseReleased: nil,
+	store.LeaseExpired:  nil,
+}
+
+// CanTransition reports whether the lease state machine allows from → to.
+func CanTransition(from, to store.LeaseStatus) bool {
+	for _, t := range transitions[from] {
+		if t == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Audit event types of leases (orchestrator_audit.event_type, with lease_token set).
+const (
+	EventGranted  = "lease.granted"
+	EventReleased = "lease.released"
+	EventExpired  = "lease.expired"
+)
+
+// eventOf is the audit event type of a move to status to.
+func eventOf(to store.LeaseStatus) string {
+	switch to {
+	case store.LeaseReleased:
+		return EventReleased
+	case store.LeaseExpired:
+		return EventExpired
+	}
+	return "lease." + string(to)
+}
+
+// Transition validates the move of l to status to, applies it with a compare-and-set on l's
+// current status, and returns the audit event to insert in the same transaction. l is updated
+// in memory to match the row.
+func Transition(ctx context.Context, tx store.Executor, l *store.Lease, to store.LeaseStatus, now time.Time, actor string, details map[string]any) (store.AuditEvent, error) {
+	from := l.Status
+	if !CanTransition(from, to) {
+		return store.AuditEvent{}, fmt.Errorf("%w: lease %s %s -> %s", ErrIllegalTransition, l.Token, from, to)
+	}
+	if err := tx.LeaseSetStatus(ctx, store.LeaseStatusUpdate{Token: l.Token, From: from, To: to, Now: now}); err != nil {
+		return store.AuditEvent{}, fmt.Errorf("lease %s %s -> %s: %w", l.Token, from, to, err)
+	}
+	l.Status = to
+	ended := now
+	l.EndedAt = &ended
+	return auditEvent(*l, eventOf(to), now, actor, details), nil
+}
+
+// GrantedEvent is the audit event of a new lease.
+func GrantedEvent(l store.Lease, actor string) store.AuditEvent {
+	details := map[string]any{"mode": l.Mode, "node_id": l.NodeID, "memory_mb": l.MemoryMB,
+		"ttl_ms": l.TTL.Milliseconds(), "agent": l.Agent}
+	if l.GPUIndex != nil {
+		details["gpu_index"] = *l.GPUIndex
+	}
+	if l.Exclusive {
+		details["exclusive"] = true
+	}
+	return auditEvent(l, EventGranted, l.CreatedAt, actor, details)
+}
+
+func auditEvent(l store.Lease, typ string, now time.Time, actor string, details map[string]any) store.AuditEvent {
+	ev := store.AuditEvent{TS: now, EventType: typ, JobID: l.JobID, LeaseToken: l.Token, Actor: actor}
+	if len(details) > 0 {
+		ev.Details, _ = json.Marshal(details)
+	}
+	return ev
+}

@@ -1,0 +1,113 @@
+package metrics
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/leases"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// LeaseCounter counts active leases; the stores implement it (store.StatsReader).
+type LeaseCounter interface {
+	LeaseCountActive(ctx context.Context) (map[store.LeaseMode]int64, error)
+}
+
+// GPULister lists every node's GPUs with their reservations and freshness; *leases.Manager
+// implements it.
+type GPULister interface {
+	GPUs(ctx context.Context, nodeID string) ([]leases.GPUStatus, error)
+}
+
+var _ GPULister = (*leases.Manager)(nil)
+
+// DefaultRequirementMB is the GPU memory a GPU must have free to count in
+// gpu_orchestrator_leases_free: the smallest gpu_memory_mb of the configured GPU job types, so
+// that a free GPU is one that can take at least one more job; 1 when no type needs a GPU.
+func DefaultRequirementMB(cfg *config.Config) int64 {
+	var least int64
+	for _, t := range cfg.JobTypes {
+		if m := int64(t.GPUMemoryMB); m > 0 && (least == 0 || m < least) {
+			least = m
+		}
+	}
+	return max(least, 1)
+}
+
+// GPUs is the scrape-time collector of leases and GPU telemetry, read from MariaDB:
+// gpu_orchestrator_leases_active{mode}, gpu_orchestrator_leases_free (GPUs with fresh telemetry
+// and room for the default requirement), and per GPU (node_id, gpu_index) the memory used, the
+// utilization and the age of the telemetry. A lost GPU reports its age only.
+type GPUs struct {
+	reg       *Registry
+	counter   LeaseCounter
+	lister    GPULister
+	minFreeMB int64
+	active    *prometheus.Desc
+	free      *prometheus.Desc
+	memUsed   *prometheus.Desc
+	util      *prometheus.Desc
+	age       *prometheus.Desc
+}
+
+// NewGPUs returns the lease and GPU collector. minFreeMB is the default requirement (see
+// DefaultRequirementMB).
+func NewGPUs(reg *Registry, counter LeaseCounter, lister GPULister, minFreeMB int64) *GPUs {
+	gpu := []string{"node_id", "gpu_index"}
+	return &GPUs{
+		reg: reg, counter: counter, lister: lister, minFreeMB: max(minFreeMB, 1),
+		active: newDesc("leases_active", "Active leases, by mode (gpu or cpu), read at scrape time.", "mode"),
+		free: newDesc("leases_free",
+			"GPUs with fresh telemetry and room (total − max(used, reserved) − safety margin) for the smallest GPU job type."),
+		memUsed: newDesc("gpu_mem_used_pct", "GPU memory used, in percent of the total, as the node last reported it.", gpu...),
+		util:    newDesc("gpu_utilization_pct", "GPU utilization in percent, as the node last reported it.", gpu...),
+		age: newDesc("gpu_telemetry_age_seconds",
+			"Time since the GPU's telemetry was last received; past leases.telemetry_freshness, placement skips the GPU.", gpu...),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (g *GPUs) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{g.active, g.free, g.memUsed, g.util, g.age} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. The two reads fail independently.
+func (g *GPUs) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := scrapeContext()
+	defer cancel()
+	if counts, err := g.counter.LeaseCountActive(ctx); err != nil {
+		g.reg.failed(ch, "leases", err, g.active)
+	} else {
+		for _, m := range []store.LeaseMode{store.LeaseGPU, store.LeaseCPU} {
+			gauge(ch, g.active, float64(counts[m]), string(m))
+		}
+	}
+	gpus, err := g.lister.GPUs(ctx, "")
+	if err != nil {
+		g.reg.failed(ch, "gpus", err, g.free, g.memUsed, g.util, g.age)
+		return
+	}
+	free := 0
+	for _, s := range gpus {
+		node, idx := s.NodeID, strconv.Itoa(s.Index)
+		gauge(ch, g.age, s.Age.Seconds(), node, idx)
+		if s.Lost {
+			continue
+		}
+		if s.Fresh && s.FreeMB >= g.minFreeMB {
+			free++
+		}
+		if s.MemoryTotalMB > 0 {
+			gauge(ch, g.memUsed, 100*float64(s.MemoryUsedMB)/float64(s.MemoryTotalMB), node, idx)
+		}
+		if s.UtilizationPct >= 0 {
+			gauge(ch, g.util, float64(s.UtilizationPct), node, idx)
+		}
+	}
+	gauge(ch, g.free, float64(free))
+}

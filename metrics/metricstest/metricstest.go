@@ -1,0 +1,122 @@
+// Package metricstest builds, for tests, an orchestrator's metrics wired the way the process
+// wires them, over real backends (a fresh MariaDB database and a Redis key prefix): what a
+// scrape of a running orchestrator exports. Tests of the API, the dashboards, the alerts and the
+// KEDA manifests check their metric names against it.
+package metricstest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/admission"
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/metrics"
+	"github.com/gpuorch/orchestrator/reclaimer"
+	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/telemetry"
+)
+
+// Bundle is a wired orchestrator's engine and metrics.
+type Bundle struct {
+	Config    *config.Config
+	Store     store.Store
+	Streams   *streams.Client
+	Engine    *engine.Engine
+	Metrics   *metrics.Orchestrator
+	Admission *admission.Controller
+}
+
+// Leader is a fixed leadership.
+type Leader struct {
+	Leading bool
+	TermV   int64
+}
+
+// IsLeader implements metrics.Leadership.
+func (l Leader) IsLeader() bool { return l.Leading }
+
+// Term implements metrics.Leadership.
+func (l Leader) Term() int64 { return l.TermV }
+
+// New wires an orchestrator's metrics over fresh backends: the registry with the job metrics,
+// the engine observed by them, the scrape-time collectors, the reclaimer's and admission's
+// metrics. The process leads in term 1.
+func New(t testing.TB) *Bundle {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	cfg, err := config.Load("", func(string) string { return "" })
+	require.NoError(t, err)
+	st := testenv.MySQLStore(t)
+	rdb := streams.NewRedis(testenv.RedisAddr(t), "")
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := testenv.RedisPrefix(t)
+	sc := streams.New(rdb, streams.Options{Prefix: prefix})
+
+	om := metrics.NewOrchestrator(cfg, log)
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Observer: om.Jobs})
+	ac, err := admission.New(st, rdb, cfg, admission.Options{Prefix: prefix, Registerer: om.Registry, Logger: log})
+	require.NoError(t, err)
+	src := metrics.SourcesOf(eng, st, Leader{Leading: true, TermV: 1})
+	src.Extra = append(src.Extra, reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...))
+	require.NoError(t, om.Watch(src))
+	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Metrics: om, Admission: ac}
+}
+
+// Populate gives every family a series: a node's GPUs (telemetry), a running pool with a
+// worker, an HTTP route. Families whose series are per GPU, per pool or per route are empty,
+// and so not exported, until such rows exist (api.New pre-creates its routes).
+func (b *Bundle) Populate(t testing.TB) {
+	t.Helper()
+	b.Metrics.HTTP.InitRoutes([]string{"/healthz"})
+	ctx := context.Background()
+	require.NoError(t, b.Engine.Leases().RecordSnapshot(ctx, telemetry.Snapshot{
+		NodeID: "node-a", Source: telemetry.SourceSimulated,
+		GPUs: []telemetry.GPU{{Index: 0, UUID: "GPU-a0", MemoryTotalMB: 24576, MemoryUsedMB: 2048, UtilizationPct: 10}},
+	}))
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	require.NoError(t, b.Store.PoolInsert(ctx, store.Pool{ID: "pool-a", Agent: "agent-a", Types: []string{"noop"},
+		DesiredWorkers: 1, Status: store.PoolRunning, CreatedAt: now, UpdatedAt: now, StartedAt: now, StatusChangedAt: now}))
+	require.NoError(t, b.Store.WorkerUpsert(ctx, store.Worker{ID: "worker-a", PoolID: "pool-a", NodeID: "node-a",
+		Types: []string{"noop"}, Concurrency: 1, Status: store.WorkerIdle, RegisteredAt: now, LastHeartbeat: now}))
+}
+
+// Names gathers the registry and returns the names of the families it exports.
+func (b *Bundle) Names(t testing.TB) map[string]bool {
+	t.Helper()
+	fams, err := b.Metrics.Gather()
+	require.NoError(t, err)
+	out := make(map[string]bool, len(fams))
+	for _, f := range fams {
+		out[f.GetName()] = true
+	}
+	return out
+}
+
+// Required are the families the observability issue requires of an orchestrator's /metrics.
+var Required = []string{
+	"gpu_orchestrator_leases_active",
+	"gpu_orchestrator_leases_free",
+	"gpu_orchestrator_worker_pools_total",
+	"gpu_orchestrator_worker_pool_workers",
+	"gpu_orchestrator_job_queue_depth",
+	"gpu_orchestrator_job_pending_entries",
+	"gpu_orchestrator_gpu_mem_used_pct",
+	"gpu_orchestrator_gpu_utilization_pct",
+	"gpu_orchestrator_job_latency_seconds",
+	"gpu_orchestrator_job_wait_seconds",
+	"gpu_orchestrator_jobs_total",
+	"gpu_orchestrator_admission_decisions_total",
+	"gpu_orchestrator_reclaimed_total",
+	"gpu_orchestrator_dlq_depth",
+	"gpu_orchestrator_is_leader",
+	"gpu_orchestrator_leader_term",
+	"gpu_orchestrator_http_requests_total",
+	"gpu_orchestrator_http_request_duration_seconds",
+}

@@ -1,0 +1,23 @@
+package metrics_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/metrics/metricstest"
+)
+
+func TestOrchestratorExportsEveryRequiredFamily(t *testing.T) {
+	t.Parallel()
+	b := metricstest.New(t)
+	b.Populate(t)
+	names := b.Names(t)
+	for _, name := range metricstest.Required {
+		require.True(t, names[name], "%s is exported", name)
+	}
+	for _, name := range []string{"gpu_orchestrator_workers", "gpu_orchestrator_worker_pool_desired_workers",
+		"gpu_orchestrator_gpu_telemetry_age_seconds", "gpu_orchestrator_collector_errors_total", "go_goroutines"} {
+		require.True(t, names[name], "%s is exported", name)
+	}
+}

@@ -1,0 +1,104 @@
+package reclaimer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuorch/orchestrator/engine"
+)
+
+// Outcomes of an entry that are not settle outcomes (metric label values).
+const (
+	// OutcomeRescued: the job's lease had expired; the rescue was recorded and the entry acked.
+	OutcomeRescued = "rescued"
+	// OutcomeRescueFailed: the rescue failed; the entry stays pending for a later pass.
+	OutcomeRescueFailed = "rescue_failed"
+	// OutcomeDeleted: XAUTOCLAIM reported the entry deleted from the stream; it is acked.
+	OutcomeDeleted = "deleted"
+)
+
+// Outcomes lists every outcome label of gpu_orchestrator_reclaimed_total.
+func Outcomes() []string {
+	out := []string{OutcomeRescued, OutcomeRescueFailed, OutcomeDeleted}
+	for _, o := range engine.SettleOutcomes {
+		if o != engine.SettleRescue { // a rescue ends as rescued or rescue_failed
+			out = append(out, string(o))
+		}
+	}
+	return out
+}
+
+// Metrics are the counters of the reclaimer and the trimmer. They live as long as the process
+// (leaderships come and go), so the wiring creates them once with NewMetrics, registers them,
+// and passes them to every Reclaimer and Trimmer it starts.
+type Metrics struct {
+	entries    *prometheus.CounterVec
+	recoveries *prometheus.CounterVec
+	passErrors *prometheus.CounterVec
+	trimmed    prometheus.Counter
+}
+
+// NewMetrics returns the metrics with every label value pre-created at 0, for the streams of
+// groups (GroupsOf) and of every Reclaimer built with them: pass the groups so that a follower,
+// which builds no Reclaimer, exports the series too.
+func NewMetrics(groups ...Group) *Metrics {
+	m := &Metrics{
+		entries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_orchestrator_reclaimed_total",
+			Help: "Stream entries idle past claim_idle that the reclaimer settled, by stream and outcome.",
+		}, []string{"stream", "outcome"}),
+		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_orchestrator_redis_recoveries_total",
+			Help: "Times Redis was found to have lost data and every live job was published again, by reason.",
+		}, []string{"reason"}),
+		passErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_orchestrator_maintenance_pass_errors_total",
+			Help: "Reclaimer and trimmer passes that failed (logged), by loop.",
+		}, []string{"loop"}),
+		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpu_orchestrator_stream_trimmed_entries_total",
+			Help: "Stream entries deleted by trimming (read and acknowledged by every group, or dead letters past retention).",
+		}),
+	}
+	for _, r := range []string{engine.RecoveryMarkerMissing, engine.RecoveryRunIDChanged, engine.RecoveryGroupMissing} {
+		m.recoveries.WithLabelValues(r)
+	}
+	for _, l := range []string{"reclaimer", "trimmer"} {
+		m.passErrors.WithLabelValues(l)
+	}
+	m.initStreams(groups)
+	return m
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.entries.Describe(ch)
+	m.recoveries.Describe(ch)
+	m.passErrors.Describe(ch)
+	m.trimmed.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.entries.Collect(ch)
+	m.recoveries.Collect(ch)
+	m.passErrors.Collect(ch)
+	m.trimmed.Collect(ch)
+}
+
+// initStreams pre-creates every outcome of every group's stream at 0.
+func (m *Metrics) initStreams(groups []Group) {
+	for _, g := range groups {
+		for _, o := range Outcomes() {
+			m.entries.WithLabelValues(g.Stream, o)
+		}
+	}
+}
+
+// addEntries counts what one group's reclaim added to the pass's outcomes (after − before).
+func (m *Metrics) addEntries(stream string, before, after map[string]int) {
+	for o, n := range after {
+		if d := n - before[o]; d > 0 {
+			m.entries.WithLabelValues(stream, o).Add(float64(d))
+		}
+	}
+}

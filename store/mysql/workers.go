@@ -1,0 +1,227 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+const workerColumns = `worker_id, pool_id, node_id, hostname, pid, job_types, concurrency, status,
+	instruction, in_flight, jobs_claimed, telemetry, registered_at, last_heartbeat, last_active_at`
+
+// WorkerUpsert inserts a worker or replaces every column of the existing row.
+func (e executor) WorkerUpsert(ctx context.Context, w store.Worker) error {
+	if !asciiID(w.ID) || !asciiID(w.PoolID) {
+		return fmt.Errorf("register worker: worker id %q or pool id %q is not ASCII", w.ID, w.PoolID)
+	}
+	_, err := e.q.ExecContext(ctx, "INSERT INTO workers ("+workerColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON DUPLICATE KEY UPDATE pool_id = VALUES(pool_id), node_id = VALUES(node_id),
+			hostname = VALUES(hostname), pid = VALUES(pid), job_types = VALUES(job_types),
+			concurrency = VALUES(concurrency), status = VALUES(status),
+			instruction = VALUES(instruction), in_flight = VALUES(in_flight),
+			jobs_claimed = VALUES(jobs_claimed), telemetry = VALUES(telemetry),
+			registered_at = VALUES(registered_at), last_heartbeat = VALUES(last_heartbeat),
+			last_active_at = VALUES(last_active_at)`,
+		w.ID, w.PoolID, w.NodeID, truncateUTF8(w.Hostname, 255), w.PID, typesJSON(w.Types), w.Concurrency,
+		string(w.Status), string(w.Instruction), w.InFlight, w.JobsClaimed, jsonArg(w.Telemetry),
+		dbTime(w.RegisteredAt), dbTime(w.LastHeartbeat), nullTimePtr(w.LastActiveAt))
+	if err != nil {
+		return fmt.Errorf("register worker %s: %w", w.ID, mapErr(err))
+	}
+	return nil
+}
+
+// WorkerGet returns one worker or store.ErrNotFound.
+func (e executor) WorkerGet(ctx context.Context, id string, forUpdate bool) (store.Worker, error) {
+	if !asciiID(id) {
+		return store.Worker{}, fmt.Errorf("get worker %s: %w", id, store.ErrNotFound)
+	}
+	q := "SELECT " + workerColumns + " FROM workers WHERE worker_id = ?"
+	if forUpdate {
+		q += " FOR UPDATE"
+	}
+	w, err := scanWorker(e.q.QueryRowContext(ctx, q, id))
+	if err != nil {
+		return store.Worker{}, fmt.Errorf("get worker %s: %w", id, mapErr(err))
+	}
+	return w, nil
+}
+
+// WorkerList returns the workers of one pool (or all), by worker_id.
+func (e executor) WorkerList(ctx context.Context, poolID string, all bool) ([]store.Worker, error) {
+	q, args := "SELECT "+workerColumns+" FROM workers", []any{}
+	if !all {
+		if !asciiID(poolID) {
+			return nil, nil
+		}
+		q, args = q+" WHERE pool_id = ?", append(args, poolID)
+	}
+	ws, err := e.queryWorkers(ctx, q+" ORDER BY worker_id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return ws, nil
+}
+
+// WorkerUpdate writes the given columns of one worker.
+func (e executor) WorkerUpdate(ctx context.Context, u store.WorkerUpdate) error {
+	if !asciiID(u.ID) {
+		return fmt.Errorf("update worker %s: %w", u.ID, store.ErrNotFound)
+	}
+	var (
+		sets []string
+		args []any
+	)
+	set := func(col string, v any) { sets, args = append(sets, col+" = ?"), append(args, v) }
+	if u.Status != nil {
+		set("status", string(*u.Status))
+	}
+	if u.Instruction != nil {
+		set("instruction", string(*u.Instruction))
+	}
+	if u.InFlight != nil {
+		set("in_flight", *u.InFlight)
+	}
+	if u.JobsClaimed != nil {
+		set("jobs_claimed", *u.JobsClaimed)
+	}
+	if u.Telemetry != nil {
+		set("telemetry", jsonArg(u.Telemetry))
+	}
+	if u.LastHeartbeat != nil {
+		set("last_heartbeat", dbTime(*u.LastHeartbeat))
+	}
+	if u.LastActiveAt != nil {
+		set("last_active_at", dbTime(*u.LastActiveAt))
+	}
+	if len(sets) == 0 {
+		sets = append(sets, "worker_id = worker_id")
+	}
+	what := "update worker " + u.ID
+	res, err := e.q.ExecContext(ctx, "UPDATE workers SET "+strings.Join(sets, ", ")+" WHERE worker_id = ?",
+		append(args, u.ID)...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, mapErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	} else if n == 0 {
+		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return nil
+}
+
+// WorkerMarkOffline locks the matching workers in worker_id order, then marks them offline.
+func (e executor) WorkerMarkOffline(ctx context.Context, p store.WorkerOfflineParams) ([]string, error) {
+	p.IDs = slices.DeleteFunc(slices.Clone(p.IDs), func(id string) bool { return !asciiID(id) })
+	if len(p.IDs) == 0 {
+		return nil, nil
+	}
+	cond, args := "status <> ? AND last_heartbeat < ?", []any{string(store.WorkerOffline), dbTime(p.HeartbeatBefore)}
+	cond += " AND worker_id IN (" + placeholders(len(p.IDs)) + ")"
+	args = append(args, anySlice(p.IDs)...)
+	rows, err := e.q.QueryContext(ctx, "SELECT worker_id FROM workers WHERE "+cond+" ORDER BY worker_id FOR UPDATE", args...)
+	if err != nil {
+		return nil, fmt.Errorf("mark workers offline: %w", mapErr(err))
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("mark workers offline: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mark workers offline: %w", mapErr(err))
+	}
+	for chunk := range slices.Chunk(ids, batchChunk) {
+		_, err := e.q.ExecContext(ctx, "UPDATE workers SET status = ?, in_flight = 0 WHERE worker_id IN ("+
+			placeholders(len(chunk))+")", append([]any{string(store.WorkerOffline)}, anySlice(chunk)...)...)
+		if err != nil {
+			return nil, fmt.Errorf("mark workers offline: %w", mapErr(err))
+		}
+	}
+	return ids, nil
+}
+
+// WorkerDelete deletes one worker's row.
+func (e executor) WorkerDelete(ctx context.Context, id string) error {
+	if !asciiID(id) {
+		return fmt.Errorf("deregister worker %s: %w", id, store.ErrNotFound)
+	}
+	res, err := e.q.ExecContext(ctx, "DELETE FROM workers WHERE worker_id = ?", id)
+	if err != nil {
+		return fmt.Errorf("deregister worker %s: %w", id, mapErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("deregister worker %s: %w", id, err)
+	} else if n == 0 {
+		return fmt.Errorf("deregister worker %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// WorkerDeleteOffline deletes old offline workers, oldest heartbeat first.
+func (e executor) WorkerDeleteOffline(ctx context.Context, before time.Time, limit int) (int, error) {
+	res, err := e.q.ExecContext(ctx, `DELETE FROM workers WHERE status = ? AND last_heartbeat < ?
+		ORDER BY last_heartbeat LIMIT ?`, string(store.WorkerOffline), dbTime(before),
+		clampLimit(limit, listLimitDefault, listLimitMax))
+	if err != nil {
+		return 0, fmt.Errorf("forget offline workers: %w", mapErr(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("forget offline workers: %w", err)
+	}
+	return int(n), nil
+}
+
+func (e executor) queryWorkers(ctx context.Context, q string, args ...any) ([]store.Worker, error) {
+	rows, err := e.q.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var out []store.Worker
+	for rows.Next() {
+		w, err := scanWorker(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
+}
+
+func scanWorker(row scanner) (store.Worker, error) {
+	var (
+		w                   store.Worker
+		types, telemetry    []byte
+		status, instruction string
+		active              sql.NullTime
+	)
+	err := row.Scan(&w.ID, &w.PoolID, &w.NodeID, &w.Hostname, &w.PID, &types, &w.Concurrency, &status,
+		&instruction, &w.InFlight, &w.JobsClaimed, &telemetry, &w.RegisteredAt, &w.LastHeartbeat, &active)
+	if err != nil {
+		return store.Worker{}, err
+	}
+	w.Status, w.Instruction = store.WorkerStatus(status), store.WorkerInstruction(instruction)
+	if w.Types, err = parseTypes(types); err != nil {
+		return store.Worker{}, fmt.Errorf("worker %s: %w", w.ID, err)
+	}
+	w.Telemetry = nilIfEmpty(telemetry)
+	w.LastActiveAt = timePtr(active)
+	return w, nil
+}

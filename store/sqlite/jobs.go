@@ -1,0 +1,275 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Limits of list queries, as in the MariaDB driver.
+const (
+	listLimitDefault     = 100
+	listLimitMax         = 1000
+	dispatchLimitDefault = 100
+	dispatchLimitMax     = 10000
+	// batchChunk bounds the rows or ids one statement carries (IN lists, multi-row inserts),
+	// far below SQLite's limit of 32766 bound parameters.
+	batchChunk = 500
+	// lastErrorMax is the byte capacity of MariaDB's last_error (TEXT), kept here so that both
+	// drivers store the same text.
+	lastErrorMax = 65535
+)
+
+const jobColumns = `job_id, type, agent, payload, status, attempts, max_attempts, available_at,
+	enqueued, stream_id, owner_pool, worker_id, lease_token, gpu_memory_mb, timeout_ms, result,
+	last_error, created_at, updated_at, started_at, finished_at`
+
+// JobInsert inserts a new pending job, or returns the existing job with inserted=false when the
+// id is taken (INSERT ... ON CONFLICT DO NOTHING, then a read). A zero AvailableAt means Now.
+// The read sees the existing row: writers are serialised, so it was committed before this
+// insert could run, or it was written earlier in the same transaction.
+func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store.Job, bool, error) {
+	if !asciiID(p.ID) {
+		return store.Job{}, false, fmt.Errorf("insert job %q: a job id must be ASCII", p.ID)
+	}
+	now := truncTime(p.Now)
+	avail := now
+	if !p.AvailableAt.IsZero() {
+		avail = truncTime(p.AvailableAt)
+	}
+	j := store.Job{
+		ID: p.ID, Type: p.Type, Agent: p.Agent, Payload: nilIfEmpty(p.Payload),
+		Status: store.JobPending, MaxAttempts: p.MaxAttempts, AvailableAt: avail,
+		GPUMemoryMB: p.GPUMemoryMB, Timeout: p.Timeout.Truncate(time.Millisecond),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	res, err := e.w.ExecContext(ctx, `INSERT INTO orchestrator_jobs (job_id, type, agent, payload,
+		status, attempts, max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms,
+		created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)
+		ON CONFLICT (job_id) DO NOTHING`,
+		j.ID, j.Type, j.Agent, jsonArg(j.Payload), string(j.Status), j.MaxAttempts, dbTime(avail),
+		j.GPUMemoryMB, j.Timeout.Milliseconds(), dbTime(now), dbTime(now))
+	if err != nil {
+		return store.Job{}, false, fmt.Errorf("insert job %s: %w", p.ID, mapErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return store.Job{}, false, fmt.Errorf("insert job %s: %w", p.ID, err)
+	} else if n == 1 {
+		return j, true, nil
+	}
+	existing, err := scanJob(e.w.QueryRowContext(ctx,
+		"SELECT "+jobColumns+" FROM orchestrator_jobs WHERE job_id = ?", p.ID))
+	if err != nil {
+		return store.Job{}, false, fmt.Errorf("read existing job %s: %w", p.ID, mapErr(err))
+	}
+	return existing, false, nil
+}
+
+// JobGet returns one job or store.ErrNotFound.
+func (e executor) JobGet(ctx context.Context, id string) (store.Job, error) {
+	if !asciiID(id) {
+		return store.Job{}, fmt.Errorf("get job %q: %w", id, store.ErrNotFound)
+	}
+	j, err := scanJob(e.r.QueryRowContext(ctx,
+		"SELECT "+jobColumns+" FROM orchestrator_jobs WHERE job_id = ?", id))
+	if err != nil {
+		return store.Job{}, fmt.Errorf("get job %s: %w", id, mapErr(err))
+	}
+	return j, nil
+}
+
+// JobGetMany returns the existing jobs among ids, in id order per chunk. forUpdate needs no
+// lock here: inside WithTx the transaction already holds the database's write lock (see the
+// package doc), and outside a transaction it means nothing, as with MariaDB.
+func (e executor) JobGetMany(ctx context.Context, ids []string, _ bool) ([]store.Job, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !asciiID(id) })
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var jobs []store.Job
+	for chunk := range slices.Chunk(ids, batchChunk) {
+		q := "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE job_id IN (" +
+			placeholders(len(chunk)) + ") ORDER BY job_id"
+		got, err := queryJobs(ctx, e.r, q, anySlice(chunk)...)
+		if err != nil {
+			return nil, fmt.Errorf("get jobs: %w", err)
+		}
+		jobs = append(jobs, got...)
+	}
+	return jobs, nil
+}
+
+// JobList returns a page of jobs ordered by (created_at DESC, job_id DESC), after the cursor.
+// Limit is clamped to 1..1000 (default 100).
+func (e executor) JobList(ctx context.Context, p store.JobListParams) ([]store.Job, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if p.Status != "" {
+		where, args = append(where, "status = ?"), append(args, string(p.Status))
+	}
+	if p.Type != "" {
+		where, args = append(where, "type = ?"), append(args, p.Type)
+	}
+	if p.Agent != "" {
+		where, args = append(where, "agent = ?"), append(args, p.Agent)
+	}
+	if p.After != nil {
+		if !asciiID(p.After.ID) {
+			return nil, fmt.Errorf("list jobs: cursor id %q is not ASCII", p.After.ID)
+		}
+		at := dbTime(p.After.CreatedAt)
+		where = append(where, "(created_at < ? OR (created_at = ? AND job_id < ?))")
+		args = append(args, at, at, p.After.ID)
+	}
+	q := "SELECT " + jobColumns + " FROM orchestrator_jobs"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, job_id DESC LIMIT ?"
+	args = append(args, clampLimit(p.Limit, listLimitDefault, listLimitMax))
+	jobs, err := queryJobs(ctx, e.r, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// JobUpdate applies one compare-and-set write: a single UPDATE guarded by status (and attempts
+// and worker when asked). SQLite counts every row an UPDATE matched, changed or not, so zero
+// rows means no match; one more lookup then tells ErrNotFound from ErrConflict. A non-nil
+// StartedAt or FinishedAt pointing at the zero time clears the column.
+func (e executor) JobUpdate(ctx context.Context, u store.JobUpdate) error {
+	if u.To == "" {
+		return fmt.Errorf("update job %s: no target status", u.ID)
+	}
+	if !asciiID(u.ID) {
+		return fmt.Errorf("update job %q: %w", u.ID, store.ErrNotFound)
+	}
+	set := []string{"status = ?", "updated_at = ?"}
+	args := []any{string(u.To), dbTime(u.Now)}
+	add := func(col string, v any) {
+		set = append(set, col+" = ?")
+		args = append(args, v)
+	}
+	if u.Attempts != nil {
+		add("attempts", *u.Attempts)
+	}
+	if u.MaxAttempts != nil {
+		add("max_attempts", *u.MaxAttempts)
+	}
+	if u.AvailableAt != nil {
+		add("available_at", dbTime(*u.AvailableAt))
+	}
+	if u.Enqueued != nil {
+		add("enqueued", *u.Enqueued)
+	}
+	if u.OwnerPool != nil {
+		add("owner_pool", *u.OwnerPool)
+	}
+	if u.WorkerID != nil {
+		add("worker_id", *u.WorkerID)
+	}
+	if u.LeaseToken != nil {
+		add("lease_token", *u.LeaseToken)
+	}
+	if u.Result != nil {
+		add("result", string(u.Result))
+	}
+	if u.LastError != nil {
+		add("last_error", truncateUTF8(*u.LastError, lastErrorMax))
+	}
+	if u.StartedAt != nil {
+		add("started_at", nullTime(*u.StartedAt))
+	}
+	if u.FinishedAt != nil {
+		add("finished_at", nullTime(*u.FinishedAt))
+	}
+	where := "job_id = ? AND status = ?"
+	args = append(args, u.ID, string(u.From))
+	if u.ExpectAttempts != nil {
+		where += " AND attempts = ?"
+		args = append(args, *u.ExpectAttempts)
+	}
+	if u.ExpectWorker != nil {
+		where += " AND worker_id = ?"
+		args = append(args, *u.ExpectWorker)
+	}
+	res, err := e.w.ExecContext(ctx,
+		"UPDATE orchestrator_jobs SET "+strings.Join(set, ", ")+" WHERE "+where, args...)
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", u.ID, mapErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("update job %s: %w", u.ID, err)
+	} else if n > 0 {
+		return nil
+	}
+	var one int
+	err = e.w.QueryRowContext(ctx, "SELECT 1 FROM orchestrator_jobs WHERE job_id = ?", u.ID).Scan(&one)
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", u.ID, mapErr(err))
+	}
+	return fmt.Errorf("update job %s from %s to %s: %w", u.ID, u.From, u.To, store.ErrConflict)
+}
+
+// JobListDispatchable returns due, unpublished pending jobs, oldest available first.
+func (e executor) JobListDispatchable(ctx context.Context, now time.Time, limit int) ([]store.Job, error) {
+	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumns+` FROM orchestrator_jobs
+		WHERE status = ? AND enqueued = 0 AND available_at <= ?
+		ORDER BY available_at, job_id LIMIT ?`,
+		string(store.JobPending), dbTime(now), clampLimit(limit, dispatchLimitDefault, dispatchLimitMax))
+	if err != nil {
+		return nil, fmt.Errorf("list dispatchable jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// JobMarkEnqueued sets enqueued=1 and the stream id of every mark that still matches (pending,
+// not enqueued, same attempts), with one UPDATE per 500 marks joined to the marks as a VALUES
+// list. When an id appears twice in a chunk the first mark wins, as with the MariaDB driver.
+func (e executor) JobMarkEnqueued(ctx context.Context, marks []store.JobEnqueued) (int, error) {
+	marks = slices.DeleteFunc(slices.Clone(marks), func(m store.JobEnqueued) bool { return !asciiID(m.ID) })
+	total := 0
+	for chunk := range slices.Chunk(marks, batchChunk) {
+		var (
+			values strings.Builder
+			args   = make([]any, 0, 3*len(chunk)+1)
+			seen   = make(map[string]bool, len(chunk))
+		)
+		for _, m := range chunk {
+			if seen[m.ID] {
+				continue
+			}
+			seen[m.ID] = true
+			if len(args) > 0 {
+				values.WriteString(", ")
+			}
+			values.WriteString("(?, ?, ?)")
+			args = append(args, m.ID, m.StreamID, m.Attempts)
+		}
+		q := `WITH m(id, stream_id, attempts) AS (VALUES ` + values.String() + `)
+			UPDATE orchestrator_jobs SET enqueued = 1, stream_id = m.stream_id
+			FROM m
+			WHERE orchestrator_jobs.job_id = m.id AND orchestrator_jobs.status = ?
+				AND orchestrator_jobs.enqueued = 0 AND orchestrator_jobs.attempts = m.attempts`
+		args = append(args, string(store.JobPending))
+		res, err := e.w.ExecContext(ctx, q, args...)
+		if err != nil {
+			return total, fmt.Errorf("mark jobs enqueued: %w", mapErr(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("mark jobs enqueued: %w", err)
+		}
+		total += int(n)
+	}
+	return total, nil
+}

@@ -1,0 +1,191 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// queryJobs runs a SELECT of jobColumns and scans every row.
+func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]store.Job, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var jobs []store.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	return jobs, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(row scanner) (store.Job, error) {
+	var (
+		j                           store.Job
+		status                      string
+		timeoutMS                   int64
+		available, created, updated dbTimeScan
+		started, finished           dbTimeScan
+		payload, resultRaw          []byte
+	)
+	err := row.Scan(&j.ID, &j.Type, &j.Agent, &payload, &status, &j.Attempts, &j.MaxAttempts,
+		&available, &j.Enqueued, &j.StreamID, &j.OwnerPool, &j.WorkerID, &j.LeaseToken,
+		&j.GPUMemoryMB, &timeoutMS, &resultRaw, &j.LastError, &created, &updated,
+		&started, &finished)
+	if err != nil {
+		return store.Job{}, err
+	}
+	j.Status = store.JobStatus(status)
+	j.Payload = nilIfEmpty(payload)
+	j.Result = nilIfEmpty(resultRaw)
+	j.Timeout = time.Duration(timeoutMS) * time.Millisecond
+	j.AvailableAt, j.CreatedAt, j.UpdatedAt = available.t, created.t, updated.t
+	j.StartedAt, j.FinishedAt = started.ptr(), finished.ptr()
+	return j, nil
+}
+
+// dbTimeScan reads a time column: INTEGER microseconds since the Unix epoch, or NULL (the
+// zero time).
+type dbTimeScan struct {
+	t     time.Time
+	valid bool
+}
+
+// Scan implements sql.Scanner.
+func (d *dbTimeScan) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*d = dbTimeScan{}
+	case int64:
+		*d = dbTimeScan{t: time.UnixMicro(v).UTC(), valid: true}
+	default:
+		return fmt.Errorf("scan time: want microseconds, got %T", src)
+	}
+	return nil
+}
+
+func (d dbTimeScan) ptr() *time.Time {
+	if !d.valid {
+		return nil
+	}
+	t := d.t
+	return &t
+}
+
+// dbTime is how a time is written: microseconds since the Unix epoch. Like MariaDB's
+// DATETIME(6) it truncates (not rounds), so that what a caller gets back equals what it would
+// read.
+func dbTime(t time.Time) int64 {
+	return t.UnixMicro()
+}
+
+// truncTime is the time.Time dbTime stores, in UTC.
+func truncTime(t time.Time) time.Time {
+	return time.UnixMicro(t.UnixMicro()).UTC()
+}
+
+// nullTime stores the zero time as NULL.
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return dbTime(t)
+}
+
+// jsonArg passes JSON as TEXT, nil as NULL.
+func jsonArg(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	return string(raw)
+}
+
+func nilIfEmpty(raw []byte) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	return raw
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	// Drop the bytes of a rune cut in half (at most UTFMax-1 of them).
+	for range utf8.UTFMax - 1 {
+		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
+			break
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// asciiID reports whether id can be a job id. SQLite could store any text, but MariaDB's
+// job_id is ASCII, and both drivers must accept the same ids: a client sees the same API
+// whichever mode serves it. Non-ASCII ids therefore never exist and lookups skip them.
+func asciiID(id string) bool {
+	for i := 0; i < len(id); i++ {
+		if id[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+func clampLimit(limit, def, maxLimit int) int {
+	if limit <= 0 {
+		return def
+	}
+	return min(limit, maxLimit)
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func anySlice[T any](s []T) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// executor implements store.Executor. On the Store, r is the read-only pool and w the writer
+// connection; in a transaction both are the transaction.
+type executor struct {
+	r querier
+	w querier
+}

@@ -1,0 +1,276 @@
+// Package sqlite is the SQLite driver of store.Store (modernc.org/sqlite, pure Go: no cgo), the
+// database of the embedded single-node mode (`orchestrator dev`, or one GPU host in production).
+// It passes the same conformance suite (store/storetest) as the MariaDB driver.
+//
+// # Transactions and locking
+//
+// SQLite has one writer at a time per database file; MariaDB locks rows. The driver maps the
+// MariaDB semantics the rest of the code relies on onto that model:
+//
+//   - All writes go through one dedicated connection (a pool of size 1), so writers queue in
+//     Go, in arrival order and honouring their contexts, instead of spinning on SQLITE_BUSY.
+//     Reads outside a transaction use a separate pool of read-only connections, which WAL mode
+//     lets run concurrently with the writer; they see the latest committed data.
+//   - WithTx runs on the writer connection with BEGIN IMMEDIATE: the transaction holds the
+//     database's write lock from its first statement to its end. Every transaction is
+//     therefore serializable, and what MariaDB obtains with locking reads is already given:
+//     JobGetMany's forUpdate (SELECT ... FOR UPDATE) and LeaderCheckTerm's shared lock
+//     (LOCK IN SHARE MODE) are plain reads here. In particular no LeaderAcquire can commit
+//     while a fenced transaction runs, which is the fencing guarantee of store.LeaderExecutor.
+//   - Consequence: code inside WithTx must use the Tx it was given, never the Store, for
+//     writes: a Store write waits for the writer connection that the transaction holds, until
+//     its context ends. (With MariaDB such a write only waits when it touches a locked row.)
+//   - SQLITE_BUSY (another process, such as an operator's sqlite3 shell, holding the lock past
+//     the busy timeout) is retried by WithTx like a MariaDB deadlock.
+//
+// # Storage
+//
+// The database runs in WAL mode with a busy timeout and synchronous=FULL by default (a
+// committed transaction survives a power loss, as with InnoDB's default). Times are stored as
+// INTEGER microseconds since the Unix epoch (truncated, like DATETIME(6)) and read back in
+// UTC; JSON as TEXT checked by json_valid. Job ids must be ASCII and last_error is
+// cut at 65535 bytes, exactly as with MariaDB, so both drivers accept the same data.
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"runtime"
+	"strings"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Defaults of Options.
+const (
+	BusyTimeoutDefault = 5 * time.Second
+	TxRetriesDefault   = 3
+	SynchronousDefault = "FULL"
+)
+
+// txBackoffBase is the first retry delay of a transaction that found the database busy; it
+// doubles per retry and is jittered.
+const txBackoffBase = 5 * time.Millisecond
+
+// Options tunes the connections. Zero values take the defaults.
+type Options struct {
+	// MaxReadConns caps the read-only connections used outside transactions (default: the
+	// number of CPUs, at least 4).
+	MaxReadConns int
+	// BusyTimeout is how long a statement waits for a lock held by another process before
+	// failing with SQLITE_BUSY (default BusyTimeoutDefault).
+	BusyTimeout time.Duration
+	// Synchronous is PRAGMA synchronous: FULL (default) fsyncs every commit; NORMAL is faster
+	// and still safe against a crash of the process, but may lose the last commits on a
+	// power loss.
+	Synchronous string
+	// TxRetries is how many times WithTx reruns a transaction that found the database busy
+	// (default TxRetriesDefault; negative: never).
+	TxRetries int
+}
+
+func (o Options) withDefaults() Options {
+	o.MaxReadConns = cmp.Or(o.MaxReadConns, max(4, runtime.NumCPU()))
+	o.BusyTimeout = cmp.Or(o.BusyTimeout, BusyTimeoutDefault)
+	o.Synchronous = strings.ToUpper(cmp.Or(o.Synchronous, SynchronousDefault))
+	o.TxRetries = cmp.Or(o.TxRetries, TxRetriesDefault)
+	if o.TxRetries < 0 {
+		o.TxRetries = 0
+	}
+	return o
+}
+
+// Store is the SQLite store.Store. It is safe for concurrent use.
+type Store struct {
+	executor
+	writer *sql.DB // one connection: every write and every transaction
+	reader *sql.DB // read-only connections for reads outside transactions
+	opts   Options
+}
+
+var (
+	_ store.Store = (*Store)(nil)
+	_ store.Tx    = (*tx)(nil)
+)
+
+// Open opens the database file at path (created when missing; its schema comes from
+// db.MigrateSQLite) and checks that it answers.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if path == "" || strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("open sqlite store: database path %q: want a file name without '?'", path)
+	}
+	opts = opts.withDefaults()
+	switch opts.Synchronous {
+	case "OFF", "NORMAL", "FULL", "EXTRA":
+	default:
+		return nil, fmt.Errorf("open sqlite store: synchronous %q: want OFF, NORMAL, FULL or EXTRA", opts.Synchronous)
+	}
+	pragmas := func(extra ...string) string {
+		q := url.Values{}
+		q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous("+opts.Synchronous+")")
+		for _, p := range extra {
+			q.Add("_pragma", p)
+		}
+		return path + "?" + q.Encode()
+	}
+	writer, err := sql.Open("sqlite", pragmas()+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	reader, err := sql.Open("sqlite", pragmas("query_only(1)"))
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	reader.SetMaxOpenConns(opts.MaxReadConns)
+	reader.SetMaxIdleConns(opts.MaxReadConns)
+	s := &Store{executor: executor{r: reader, w: writer}, writer: writer, reader: reader, opts: opts}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	return s, nil
+}
+
+// tx is the store.Tx of one open transaction: reads and writes use the transaction. It must
+// not be used after WithTx's fn returns.
+type tx struct {
+	executor
+}
+
+// WithTx runs fn in one BEGIN IMMEDIATE transaction (see the package doc), committing when fn
+// returns nil and rolling back otherwise. SQLITE_BUSY, whether from fn's statements or the
+// commit, reruns fn from the start up to Options.TxRetries times with a short jittered
+// backoff, so fn must not have side effects outside the transaction. A panic in fn rolls back
+// and propagates.
+func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
+	for retry := 0; ; retry++ {
+		err := s.runTx(ctx, fn)
+		if err == nil || !retryable(err) || retry >= s.opts.TxRetries {
+			return err
+		}
+		d := txBackoffBase << retry
+		d += rand.N(d) // jitter: [d, 2d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
+	sqlTx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	finished := false
+	defer func() {
+		if !finished { // fn panicked: roll back, let the panic go on
+			_ = sqlTx.Rollback()
+		}
+	}()
+	err = fn(&tx{executor{r: sqlTx, w: sqlTx}})
+	finished = true
+	if err != nil {
+		_ = sqlTx.Rollback()
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
+}
+
+// retryable reports whether err is SQLITE_BUSY or SQLITE_LOCKED (any extended code), after
+// which rerunning the whole transaction is expected to succeed.
+func retryable(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	primary := se.Code() & 0xff
+	return primary == sqlite3.SQLITE_BUSY || primary == sqlite3.SQLITE_LOCKED
+}
+
+// Ping checks that both connection pools answer.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.writer.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping sqlite: %w", err)
+	}
+	if err := s.reader.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping sqlite: %w", err)
+	}
+	return nil
+}
+
+// SchemaVersion returns the version golang-migrate recorded (0, false when no migration ever
+// ran, including when its table does not exist).
+func (s *Store) SchemaVersion(ctx context.Context) (uint, bool, error) {
+	var exists int
+	err := s.reader.QueryRowContext(ctx,
+		"SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'").Scan(&exists)
+	if err != nil {
+		return 0, false, fmt.Errorf("read schema version: %w", err)
+	}
+	if exists == 0 {
+		return 0, false, nil
+	}
+	var (
+		version int64
+		dirty   bool
+	)
+	err = s.reader.QueryRowContext(ctx, "SELECT version, dirty FROM schema_migrations LIMIT 1").Scan(&version, &dirty)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("read schema version: %w", err)
+	case version < 0: // golang-migrate's NilVersion (-1) after a failed first down
+		return 0, dirty, nil
+	}
+	return uint(version), dirty, nil
+}
+
+// Close releases the connections. The writer goes last, so that SQLite checkpoints the WAL
+// into the database file when the last connection closes.
+func (s *Store) Close() error {
+	rerr := s.reader.Close()
+	werr := s.writer.Close()
+	if err := errors.Join(rerr, werr); err != nil {
+		return fmt.Errorf("close sqlite store: %w", err)
+	}
+	return nil
+}
+
+// mapErr translates driver errors into the store's sentinels, keeping the original in the
+// chain for logs.
+func mapErr(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+			return fmt.Errorf("%w: %w", store.ErrConflict, err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,251 @@
+package storetest
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// testLeases runs the conformance tests of orchestrator_leases and gpu_devices, each on its
+// own rows (tokens and node ids carry the subtest's prefix).
+func testLeases(t *testing.T, parent *bundle) {
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, b *bundle)
+	}{
+		{"InsertAndGet", testLeaseInsertAndGet},
+		{"SetStatus", testLeaseSetStatus},
+		{"Heartbeat", testLeaseHeartbeat},
+		{"ListAndExpired", testLeaseListAndExpired},
+		{"GPUSnapshotAndCapacity", testGPUSnapshotAndCapacity},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newBundle(parent.s))
+		})
+	}
+}
+
+// lease returns an active lease of the subtest's node, expiring a minute after b.now.
+func (b *bundle) lease(name string, gpu *int, memMB int64) store.Lease {
+	mode := store.LeaseCPU
+	if gpu != nil {
+		mode = store.LeaseGPU
+	}
+	return store.Lease{
+		Token: b.prefix + name, Agent: b.agent(), NodeID: b.prefix + "node", GPUIndex: gpu,
+		Mode: mode, MemoryMB: memMB, TTL: time.Minute, Status: store.LeaseActive,
+		CreatedAt: b.now, ExpiresAt: b.now.Add(time.Minute), LastHeartbeat: b.now,
+	}
+}
+
+func intp(i int) *int { return &i }
+
+// ofSubtest keeps the leases of this subtest (the database is shared).
+func (b *bundle) ofSubtest(leases []store.Lease) []store.Lease {
+	var out []store.Lease
+	for _, l := range leases {
+		if strings.HasPrefix(l.Token, b.prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func testLeaseInsertAndGet(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	gpu := b.lease("gpu", intp(1), 8192)
+	gpu.JobID = b.id("job")
+	gpu.Exclusive = true
+	gpu.TTL = 1500 * time.Millisecond
+	gpu.Metadata = json.RawMessage(`{"worker_id": "w1"}`)
+	cpu := b.lease("cpu", nil, 0)
+	require.NoError(t, b.s.LeaseInsert(ctx, []store.Lease{gpu, cpu}))
+
+	got, err := b.s.LeaseGet(ctx, gpu.Token, false)
+	require.NoError(t, err)
+	requireTime(t, gpu.CreatedAt, got.CreatedAt, "created_at")
+	requireTime(t, gpu.ExpiresAt, got.ExpiresAt, "expires_at")
+	requireTime(t, gpu.LastHeartbeat, got.LastHeartbeat, "last_heartbeat")
+	require.Nil(t, got.EndedAt)
+	require.JSONEq(t, string(gpu.Metadata), string(got.Metadata))
+	gpu.CreatedAt, gpu.ExpiresAt, gpu.LastHeartbeat, gpu.Metadata = got.CreatedAt, got.ExpiresAt, got.LastHeartbeat, got.Metadata
+	require.Equal(t, gpu, got)
+
+	got, err = b.s.LeaseGet(ctx, cpu.Token, false)
+	require.NoError(t, err)
+	require.Nil(t, got.GPUIndex)
+	require.Empty(t, got.JobID)
+	require.Equal(t, store.LeaseCPU, got.Mode)
+
+	many, err := b.s.LeaseGetMany(ctx, []string{cpu.Token, gpu.Token, cpu.Token, b.prefix + "missing", ""}, false)
+	require.NoError(t, err)
+	require.Len(t, many, 2)
+
+	require.ErrorIs(t, b.s.LeaseInsert(ctx, []store.Lease{cpu}), store.ErrConflict)
+	_, err = b.s.LeaseGet(ctx, b.prefix+"missing", false)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = b.s.LeaseGet(ctx, "tøken", false)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testLeaseSetStatus(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	l := b.lease("l", nil, 0)
+	require.NoError(t, b.s.LeaseInsert(ctx, []store.Lease{l}))
+	end := b.now.Add(10 * time.Second)
+	require.NoError(t, b.s.LeaseSetStatus(ctx, store.LeaseStatusUpdate{
+		Token: l.Token, From: store.LeaseActive, To: store.LeaseReleased, Now: end}))
+	got, err := b.s.LeaseGet(ctx, l.Token, false)
+	require.NoError(t, err)
+	require.Equal(t, store.LeaseReleased, got.Status)
+	requireTimePtr(t, &end, got.EndedAt, "ended_at")
+
+	err = b.s.LeaseSetStatus(ctx, store.LeaseStatusUpdate{Token: l.Token, From: store.LeaseActive, To: store.LeaseExpired, Now: end})
+	require.ErrorIs(t, err, store.ErrConflict, "a compare-and-set on a status that moved on")
+	err = b.s.LeaseSetStatus(ctx, store.LeaseStatusUpdate{Token: b.prefix + "none", From: store.LeaseActive, To: store.LeaseExpired, Now: end})
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testLeaseHeartbeat(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	live := b.lease("live", nil, 0)
+	live.TTL = 90 * time.Second
+	late := b.lease("late", nil, 0) // past its expiry, not yet purged
+	late.ExpiresAt = b.now.Add(-time.Second)
+	ended := b.lease("ended", nil, 0)
+	ended.Status, ended.EndedAt = store.LeaseReleased, &b.now
+	require.NoError(t, b.s.LeaseInsert(ctx, []store.Lease{live, late, ended}))
+
+	now := b.now.Add(5 * time.Second)
+	got, err := b.s.LeaseHeartbeat(ctx, []string{live.Token, late.Token, ended.Token, b.prefix + "ghost"}, now)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	byToken := map[string]store.Lease{}
+	for _, l := range got {
+		byToken[l.Token] = l
+	}
+	requireTime(t, now.Add(90*time.Second), byToken[live.Token].ExpiresAt, "extended by its own ttl")
+	requireTime(t, now, byToken[live.Token].LastHeartbeat, "last_heartbeat")
+	requireTime(t, late.ExpiresAt, byToken[late.Token].ExpiresAt, "an expired lease is not resurrected")
+	require.Equal(t, store.LeaseActive, byToken[late.Token].Status)
+	requireTime(t, ended.ExpiresAt, byToken[ended.Token].ExpiresAt, "an ended lease is not touched")
+
+	got, err = b.s.LeaseHeartbeat(ctx, nil, now)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+func testLeaseListAndExpired(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	a := b.lease("a", intp(0), 100)
+	a.JobID = b.id("job-a")
+	c := b.lease("c", nil, 0)
+	c.CreatedAt = b.now.Add(time.Second)
+	c.ExpiresAt = b.now.Add(-2 * time.Second)
+	d := b.lease("d", nil, 0)
+	d.CreatedAt = b.now.Add(2 * time.Second)
+	d.ExpiresAt = b.now.Add(-time.Second)
+	d.Status = store.LeaseExpired
+	require.NoError(t, b.s.LeaseInsert(ctx, []store.Lease{a, c, d}))
+
+	all, err := b.s.LeaseList(ctx, store.LeaseListParams{Agent: b.agent()})
+	require.NoError(t, err)
+	require.Equal(t, []string{d.Token, c.Token, a.Token}, leaseTokens(all), "newest first")
+	active, err := b.s.LeaseList(ctx, store.LeaseListParams{Agent: b.agent(), Status: store.LeaseActive, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, []string{c.Token}, leaseTokens(active))
+	byJob, err := b.s.LeaseList(ctx, store.LeaseListParams{JobID: a.JobID})
+	require.NoError(t, err)
+	require.Equal(t, []string{a.Token}, leaseTokens(byJob))
+	byNode, err := b.s.LeaseList(ctx, store.LeaseListParams{NodeID: a.NodeID, Status: store.LeaseExpired})
+	require.NoError(t, err)
+	require.Equal(t, []string{d.Token}, leaseTokens(byNode))
+
+	expired, err := b.s.LeaseListExpired(ctx, b.now, 10000)
+	require.NoError(t, err)
+	require.Equal(t, []string{c.Token}, leaseTokens(b.ofSubtest(expired)), "active and past expiry only")
+	expired, err = b.s.LeaseListExpired(ctx, b.now.Add(time.Hour), 10000)
+	require.NoError(t, err)
+	require.Equal(t, []string{c.Token, a.Token}, leaseTokens(b.ofSubtest(expired)), "oldest expiry first")
+}
+
+func testGPUSnapshotAndCapacity(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	node := b.prefix + "node"
+	dev := func(i int, total, used int64) store.GPUDevice {
+		return store.GPUDevice{Index: i, UUID: "GPU-" + b.prefix, Name: "Test GPU", MemoryTotalMB: total,
+			MemoryUsedMB: used, UtilizationPct: 10 * i, TemperatureC: 40 + i, PowerWatts: 100.5, Source: "simulated"}
+	}
+	require.NoError(t, b.s.GPUUpsertSnapshot(ctx, store.GPUSnapshot{NodeID: node, Now: b.now,
+		GPUs: []store.GPUDevice{dev(0, 24576, 1000), dev(1, 24576, 0)}}))
+
+	l1, l2 := b.lease("g0a", intp(0), 4000), b.lease("g0b", intp(0), 3000)
+	l2.Exclusive = true
+	gone := b.lease("g1", intp(1), 9000)
+	gone.Status = store.LeaseExpired
+	cpu := b.lease("cpu", nil, 0)
+	require.NoError(t, b.s.LeaseInsert(ctx, []store.Lease{l1, l2, gone, cpu}))
+
+	gpus, err := b.s.GPUList(ctx, node)
+	require.NoError(t, err)
+	require.Len(t, gpus, 2)
+	require.Equal(t, node, gpus[0].NodeID)
+	require.Equal(t, 0, gpus[0].Index)
+	require.EqualValues(t, 7000, gpus[0].ReservedMB)
+	require.Equal(t, 2, gpus[0].Leases)
+	require.True(t, gpus[0].Exclusive)
+	require.EqualValues(t, 1000, gpus[0].MemoryUsedMB)
+	require.Equal(t, 40, gpus[0].TemperatureC)
+	require.InDelta(t, 100.5, gpus[0].PowerWatts, 0.001)
+	requireTime(t, b.now, gpus[0].UpdatedAt, "updated_at")
+	require.Zero(t, gpus[1].ReservedMB, "only active leases count")
+	require.False(t, gpus[1].Exclusive)
+
+	all, err := b.s.GPUList(ctx, "")
+	require.NoError(t, err)
+	n := 0
+	for _, g := range all {
+		if g.NodeID == node {
+			n++
+		}
+	}
+	require.Equal(t, 2, n, "an empty node id lists every node")
+
+	// The next snapshot lost GPU 0 (reported lost) and no longer lists GPU 1: its row goes.
+	later := b.now.Add(time.Minute)
+	lost := dev(0, 24576, 0)
+	lost.Lost, lost.LostReason = true, "read memory: ERROR_GPU_IS_LOST"
+	require.NoError(t, b.s.GPUUpsertSnapshot(ctx, store.GPUSnapshot{NodeID: node, Now: later,
+		GPUs: []store.GPUDevice{lost, dev(2, 81920, 0)}}))
+	require.NoError(t, b.s.WithTx(ctx, func(tx store.Tx) error {
+		gpus, err := tx.GPULockNode(ctx, node)
+		require.NoError(t, err)
+		require.Len(t, gpus, 2)
+		require.True(t, gpus[0].Lost)
+		require.Equal(t, "read memory: ERROR_GPU_IS_LOST", gpus[0].LostReason)
+		require.EqualValues(t, 7000, gpus[0].ReservedMB, "leases outlive the telemetry")
+		require.Equal(t, 2, gpus[1].Index)
+		requireTime(t, later, gpus[1].UpdatedAt, "updated_at")
+		return nil
+	}))
+
+	// An empty snapshot forgets the node; an unknown node has no rows.
+	require.NoError(t, b.s.GPUUpsertSnapshot(ctx, store.GPUSnapshot{NodeID: node, Now: later}))
+	gpus, err = b.s.GPUList(ctx, node)
+	require.NoError(t, err)
+	require.Empty(t, gpus)
+}
+
+func leaseTokens(leases []store.Lease) []string {
+	out := make([]string, len(leases))
+	for i, l := range leases {
+		out[i] = l.Token
+	}
+	return out
+}

@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/telemetry"
+)
+
+// renewFirstTimeout bounds the renewal Run makes before it starts reading: the first claim
+// places GPU jobs by the telemetry it reports, but an orchestrator that does not answer must
+// not keep the worker from starting (claims of CPU jobs need no telemetry).
+const renewFirstTimeout = 5 * time.Second
+
+// renewLoop keeps the worker's leases alive: every renewInterval it renews the leases of every
+// held job in one call that also carries the node's telemetry, stops the jobs whose leases are
+// gone, and resets the idle time of their stream entries (XCLAIM … JUSTID to itself) so that
+// the reclaimer leaves them alone. A failed call is logged and retried at the next tick: with
+// TTL/3 between renewals, two may fail before a lease expires.
+func (w *Worker) renewLoop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTimer(w.renewInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := w.renewOnce(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("renew leases failed; retrying at the next tick", "error", err)
+		}
+		t.Reset(w.renewInterval())
+	}
+}
+
+// renewFirst is the renewal before the first read, when the worker reports telemetry.
+func (w *Worker) renewFirst(ctx context.Context) {
+	if w.cfg.Telemetry == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, renewFirstTimeout)
+	defer cancel()
+	if err := w.renewOnce(ctx); err != nil {
+		w.log.Warn("first telemetry report failed; GPU jobs wait for the next", "error", err)
+	}
+}
+
+// renewInterval is a third of the shortest lease TTL held (LeaseTTL when none says), at most
+// TelemetryInterval when the worker reports telemetry and at most TouchInterval.
+func (w *Worker) renewInterval() time.Duration {
+	ttl := w.cfg.LeaseTTL
+	w.mu.Lock()
+	for r := range w.held {
+		if r.leaseTTL > 0 {
+			ttl = min(ttl, r.leaseTTL)
+		}
+	}
+	w.mu.Unlock()
+	d := ttl / 3
+	if w.cfg.Telemetry != nil {
+		d = min(d, w.cfg.TelemetryInterval)
+	}
+	if w.cfg.TouchInterval > 0 {
+		d = min(d, w.cfg.TouchInterval)
+	}
+	return max(d, renewIntervalMin)
+}
+
+// renewOnce renews the held leases, reports telemetry, stops the jobs whose leases are gone and
+// touches the stream entries of the others.
+func (w *Worker) renewOnce(ctx context.Context) error {
+	w.mu.Lock()
+	runs := make([]*run, 0, len(w.held))
+	for r := range w.held {
+		runs = append(runs, r)
+	}
+	w.mu.Unlock()
+	req := client.RenewRequest{WorkerID: w.cfg.WorkerID, NodeID: w.cfg.NodeID, Tokens: []string{}}
+	for _, r := range runs {
+		if r.job.LeaseToken != "" && !r.leaseGone.Load() {
+			req.Tokens = append(req.Tokens, r.job.LeaseToken)
+		}
+	}
+	var sim *telemetry.Simulated
+	if w.cfg.Telemetry != nil {
+		snap, err := w.cfg.Telemetry.Snapshot(ctx)
+		if err != nil {
+			w.log.Warn("read gpu telemetry failed; renewing without it", "error", err)
+		} else {
+			req.Telemetry = telemetryToWire(snap, w.cfg.NodeID)
+		}
+		sim, _ = w.cfg.Telemetry.(*telemetry.Simulated)
+	}
+	var err error
+	if len(req.Tokens) > 0 || req.Telemetry != nil {
+		var resp client.RenewResponse
+		if resp, err = w.cfg.API.RenewLeases(ctx, req); err == nil {
+			w.dropGone(runs, resp.Gone)
+			if sim != nil {
+				followReserved(sim, resp.Reserved)
+			}
+		}
+	}
+	var ds []streams.Delivery
+	for _, r := range runs {
+		if !r.leaseGone.Load() {
+			ds = append(ds, r.deliveries...)
+		}
+	}
+	if terr := w.cfg.Streams.Touch(ctx, w.cfg.WorkerID, ds); terr != nil && ctx.Err() == nil {
+		w.log.Warn("touch in-flight entries failed", "error", terr, "count", len(ds))
+	}
+	return err
+}
+
+// dropGone marks the runs whose leases are gone and cancels their handlers: the jobs were
+// rescued (the lease expired) or cancelled (the lease was released), and belong to no one here.
+func (w *Worker) dropGone(runs []*run, gone []client.GoneLease) {
+	if len(gone) == 0 {
+		return
+	}
+	byToken := make(map[string]client.GoneLease, len(gone))
+	for _, g := range gone {
+		byToken[g.Token] = g
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range runs {
+		g, ok := byToken[r.job.LeaseToken]
+		if !ok || r.leaseGone.Swap(true) {
+			continue
+		}
+		w.log.Warn("lease gone; stopping the job", "job_id", r.job.ID, "attempt", r.job.Attempt,
+			"lease_token", r.job.LeaseToken, "lease_status", g.Status)
+		if w.running[r.job.ID] == r {
+			r.cancel(errLeaseLost)
+		}
+	}
+}
+
+// followReserved makes simulated GPUs show as used what the node's leases reserve (the
+// orchestrator's answer), the same level-based model as the orchestrator's own simulated node:
+// every process reporting a simulated node reports the same usage.
+func followReserved(sim *telemetry.Simulated, reserved []client.GPUReservation) {
+	snap, err := sim.Snapshot(context.Background())
+	if err != nil {
+		return
+	}
+	byIndex := make(map[int]int64, len(reserved))
+	for _, r := range reserved {
+		byIndex[r.GPUIndex] = r.ReservedMB
+	}
+	for _, g := range snap.GPUs {
+		_ = sim.SetUsed(g.Index, min(max(byIndex[g.Index], 0), g.MemoryTotalMB)) // index from the snapshot: cannot fail
+	}
+}
+
+// telemetryToWire converts a snapshot for the renew call; the node is the worker's.
+func telemetryToWire(s telemetry.Snapshot, nodeID string) *client.NodeTelemetry {
+	out := &client.NodeTelemetry{NodeID: nodeID, Taken: s.Taken.UTC(), Source: s.Source,
+		GPUs: make([]client.GPUTelemetry, 0, len(s.GPUs))}
+	for _, g := range s.GPUs {
+		out.GPUs = append(out.GPUs, client.GPUTelemetry{Index: g.Index, UUID: g.UUID, Name: g.Name,
+			MemoryTotalMB: g.MemoryTotalMB, MemoryUsedMB: g.MemoryUsedMB, UtilizationPct: g.UtilizationPct,
+			TemperatureC: g.TemperatureC, PowerWatts: g.PowerWatts})
+	}
+	for _, g := range s.Lost {
+		out.Lost = append(out.Lost, client.LostGPUTelemetry{Index: g.Index, UUID: g.UUID, Reason: g.Reason})
+	}
+	return out
+}

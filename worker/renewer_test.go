@@ -1,0 +1,164 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/telemetry"
+)
+
+// renewals returns a copy of the renew calls so far.
+func (f *fakeAPI) renewCalls() []client.RenewRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]client.RenewRequest(nil), f.renewals...)
+}
+
+func TestRenewer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RenewsHeldLeasesWithTelemetryAndTouchesEntries", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		h := newBlockingHandler(4)
+		b.reg.Register("block", h)
+		sim, err := telemetry.NewSimulated("n1", "2x24576")
+		require.NoError(t, err)
+		b.api.mu.Lock()
+		b.api.reserved = []client.GPUReservation{{GPUIndex: 1, ReservedMB: 5000}}
+		b.api.mu.Unlock()
+		cfg := b.cfg(jobType("block", "block"))
+		cfg.LeaseTTL, cfg.Telemetry = 300*time.Millisecond, sim
+		b.start(t, cfg)
+		require.Eventually(t, func() bool { return len(b.api.renewCalls()) > 0 }, 10*time.Second, 5*time.Millisecond,
+			"telemetry is reported without any lease held")
+
+		b.publish(t, "block", "block", `{}`, "j1")
+		require.Equal(t, "j1", <-h.running)
+		delivered := time.Now()
+		// Several renewals of the job's lease, each with the node's telemetry.
+		var withToken int
+		require.Eventually(t, func() bool {
+			withToken = 0
+			for _, r := range b.api.renewCalls() {
+				if len(r.Tokens) == 1 && r.Tokens[0] == "lease-j1" {
+					withToken++
+				}
+			}
+			return withToken >= 3
+		}, 10*time.Second, 10*time.Millisecond)
+		last := b.api.renewCalls()[len(b.api.renewCalls())-1]
+		require.Equal(t, "w1", last.WorkerID)
+		require.Equal(t, "n1", last.NodeID)
+		require.NotNil(t, last.Telemetry)
+		require.Equal(t, telemetry.SourceSimulated, last.Telemetry.Source)
+		require.Len(t, last.Telemetry.GPUs, 2)
+		require.EqualValues(t, 5000, last.Telemetry.GPUs[1].MemoryUsedMB, "the simulation follows the reservations")
+		require.Zero(t, last.Telemetry.GPUs[0].MemoryUsedMB)
+
+		// The entry is touched on every renewal (every 100ms): a second after its delivery, its
+		// idle time is still well below a second.
+		require.Eventually(t, func() bool {
+			pend, err := b.streams.Redis().XPendingExt(context.Background(), &redis.XPendingExtArgs{
+				Stream: b.streams.StreamKey("block"), Group: streams.GroupName("block"), Start: "-", End: "+", Count: 10,
+			}).Result()
+			return err == nil && len(pend) == 1 && time.Since(delivered) > time.Second && pend[0].Idle < 700*time.Millisecond
+		}, 10*time.Second, 10*time.Millisecond)
+		close(h.gate)
+		require.Eventually(t, func() bool { _, ok := b.api.result("j1"); return ok }, 10*time.Second, 5*time.Millisecond)
+	})
+
+	t.Run("GoneLeaseStopsTheJobAndItsRefusedResultIsDropped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		h := newBlockingHandler(4)
+		b.reg.Register("block", h)
+		cfg := b.cfg(jobType("block", "block"))
+		cfg.LeaseTTL = 150 * time.Millisecond
+		w, _ := b.start(t, cfg)
+		b.publish(t, "block", "block", `{}`, "zombie")
+		require.Equal(t, "zombie", <-h.running)
+
+		b.api.mu.Lock()
+		b.api.gone["lease-zombie"], b.api.expired["lease-zombie"] = true, true
+		b.api.mu.Unlock()
+		// The renewal learns the lease is gone and cancels the handler; the API refuses its
+		// result with a 409 lease_expired, and the worker drops it and acks the entry instead
+		// of retrying forever.
+		require.Eventually(t, func() bool { return b.api.outcome("zombie") == client.OutcomeLeaseExpired },
+			10*time.Second, 5*time.Millisecond)
+		b.requirePending(t, "block", 0)
+		require.Eventually(t, func() bool { return w.slots.inUse() <= 1 }, 5*time.Second, time.Millisecond)
+		cur, _ := h.counts()
+		require.Zero(t, cur, "the handler was stopped")
+	})
+
+	t.Run("LeaseExpiredOutcomeInABatchIsDropped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.reg.Register("noop", NoopHandler{})
+		b.api.mu.Lock()
+		b.api.expired["lease-late"] = true
+		b.api.mu.Unlock()
+		cfg := b.cfg(jobType("noop", "noop"))
+		cfg.FlushDelay = 50 * time.Millisecond // both results in one call
+		b.start(t, cfg)
+		b.publish(t, "noop", "noop", `{}`, "late", "fine")
+		require.Eventually(t, func() bool {
+			return b.api.outcome("late") == client.OutcomeLeaseExpired && b.api.outcome("fine") == client.OutcomeDone
+		}, 10*time.Second, 5*time.Millisecond)
+		b.requirePending(t, "noop", 0)
+	})
+
+	t.Run("FailedRenewalIsRetried", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		h := newBlockingHandler(4)
+		b.reg.Register("block", h)
+		b.api.mu.Lock()
+		b.api.failNext["renew"] = 2
+		b.api.mu.Unlock()
+		cfg := b.cfg(jobType("block", "block"))
+		cfg.LeaseTTL = 150 * time.Millisecond
+		b.start(t, cfg)
+		b.publish(t, "block", "block", `{}`, "j")
+		require.Equal(t, "j", <-h.running)
+		require.Eventually(t, func() bool { return len(b.api.renewCalls()) >= 2 }, 10*time.Second, 5*time.Millisecond)
+		close(h.gate)
+		require.Eventually(t, func() bool {
+			r, ok := b.api.result("j")
+			return ok && r.Status == client.ResultDone
+		}, 10*time.Second, 5*time.Millisecond)
+	})
+}
+
+func TestFailureTextLeaseLost(t *testing.T) {
+	t.Parallel()
+	msg, nonRetryable := failureText(NonRetryable(errors.New("stopped")), errLeaseLost, time.Minute)
+	require.True(t, strings.HasPrefix(msg, "lease lost: "), msg)
+	require.False(t, nonRetryable, "a lost lease is never the job's fault")
+}
+
+func TestRenewIntervalFollowsTheShortestTTL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.reg.Register("noop", NoopHandler{})
+	cfg := b.cfg(jobType("noop", "noop"))
+	cfg.LeaseTTL, cfg.TouchInterval = 30*time.Second, -1
+	w, err := New(cfg)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, w.renewInterval())
+	w.held[&run{leaseTTL: 3 * time.Second}] = struct{}{}
+	require.Equal(t, time.Second, w.renewInterval())
+	w.cfg.Telemetry = telemetry.NewNone("n1")
+	w.cfg.TelemetryInterval = 500 * time.Millisecond
+	require.Equal(t, 500*time.Millisecond, w.renewInterval())
+}
