@@ -172,7 +172,7 @@ func (s *Server) routes() *gin.Engine {
 	r.POST("/control/evict_pool", admins, s.poolsEnabled, s.evictPool)
 	r.POST("/control/reconcile", admins, s.poolsEnabled, s.reconcile)
 
-	workers := r.Group("/internal", s.requireRole(RoleWorker, RoleAdmin))
+	workers := r.Group("/internal", s.requireWorkerCert, s.requireRole(RoleWorker, RoleAdmin))
 	workers.POST("/jobs/claim", s.claim)
 	workers.POST("/jobs/start", s.start)
 	workers.POST("/jobs/complete", s.complete)

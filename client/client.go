@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,6 +34,7 @@ type Client struct {
 	timeout   time.Duration
 	userAgent string
 	maxBody   int64
+	tlsConfig *tls.Config
 }
 
 // Option configures New.
@@ -78,6 +80,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 				MaxIdleConnsPerHost:   32,
 				IdleConnTimeout:       90 * time.Second,
 				TLSHandshakeTimeout:   5 * time.Second,
+				TLSClientConfig:       c.tlsConfig,
 				ResponseHeaderTimeout: c.timeout,
 				ExpectContinueTimeout: time.Second,
 			},

@@ -137,6 +137,8 @@ type Config struct {
 	JobTypes map[string]*JobType `yaml:"job_types"`
 	// Worker configures the worker process.
 	Worker Worker `yaml:"worker"`
+	// TLS configures HTTPS on the API and for its clients (config/tls.go).
+	TLS TLS `yaml:"tls"`
 	// Leases configures lease placement, expiry and purging.
 	Leases Leases `yaml:"leases"`
 	// Telemetry configures how a process reads its node's GPUs.
@@ -297,6 +299,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 }
 
 func (c *Config) applyEnv(getenv func(string) string) error {
+	c.TLS.applyEnv(getenv)
 	str := func(key string, dst *string) {
 		if v := getenv(key); v != "" {
 			*dst = v
@@ -556,6 +559,9 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateAdmission()...)
 	errs = append(errs, c.validatePools()...)
+	if err := c.TLS.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

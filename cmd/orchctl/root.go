@@ -187,7 +187,14 @@ func (g *globals) client(cmd *cobra.Command) (*client.Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usageErrorf(cmd, "API URL %q: want http(s)://host[:port] (--api-url or $%s)", g.apiURL, envAPIURL)
 	}
-	return client.New(g.apiURL, g.token, client.WithTimeout(g.requestTimeout), client.WithUserAgent(userAgent)), nil
+	// HTTPS to an API whose certificate a private CA signs: ORCH_TLS_CA (and, where the API
+	// asks for one, a client certificate: ORCH_TLS_CLIENT_CERT / ORCH_TLS_CLIENT_KEY).
+	tlsCfg, err := client.TLSConfig(g.getenv("ORCH_TLS_CA"), g.getenv("ORCH_TLS_CLIENT_CERT"), g.getenv("ORCH_TLS_CLIENT_KEY"))
+	if err != nil {
+		return nil, usageErrorf(cmd, "%v", err)
+	}
+	return client.New(g.apiURL, g.token, client.WithTimeout(g.requestTimeout), client.WithUserAgent(userAgent),
+		client.WithTLSConfig(tlsCfg)), nil
 }
 
 // json reports whether -o json was asked for.

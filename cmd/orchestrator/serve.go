@@ -165,8 +165,17 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	hs := api.NewHTTPServer(cfg.HTTPAddr, srv.Handler())
+	if hs.TLSConfig, err = api.ServerTLS(cfg.TLS); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	if hs.TLSConfig != nil {
+		log.Info("API serves HTTPS", "client_ca", cfg.TLS.ClientCAFile != "", "require_worker_cert", cfg.TLS.RequireWorkerCert)
+		go func() { serveErr <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- hs.Serve(ln) }()
+	}
 	log.Info("API listening", "http_addr", ln.Addr().String())
 
 	drain := func() {}

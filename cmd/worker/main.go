@@ -216,7 +216,12 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer stopObserving()
-	api := client.New(cfg.Worker.APIURL, cfg.Worker.APIToken, client.WithUserAgent("gpuorch-worker/"+cfg.Worker.ID))
+	tlsCfg, err := client.TLSConfig(cfg.TLS.CAFile, cfg.TLS.ClientCertFile, cfg.TLS.ClientKeyFile)
+	if err != nil {
+		return err
+	}
+	api := client.New(cfg.Worker.APIURL, cfg.Worker.APIToken, client.WithUserAgent("gpuorch-worker/"+cfg.Worker.ID),
+		client.WithTLSConfig(tlsCfg))
 	w, err := worker.New(worker.Config{
 		WorkerID:          cfg.Worker.ID,
 		PoolID:            cfg.Worker.PoolID,
