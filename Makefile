@@ -5,7 +5,7 @@ PKGS      := ./...
 # go-nvml's headers use deprecated declarations; keep cgo builds quiet.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build run test test-short bench lint fmt services clean
+.PHONY: all build run test test-short fuzz bench lint fmt services clean runbook-check
 
 all: build
 
@@ -22,6 +22,13 @@ run: build
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) fuzz FUZZTIME=10s
+
+## fuzz: the request-decoder fuzz targets, each for FUZZTIME (no 5xx, no panic)
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzSubmit$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzLeaseRequest$$' -fuzztime $(FUZZTIME) ./api
 
 ## test-short: the fast tests only (no process-level end-to-end runs)
 test-short:

@@ -12,8 +12,9 @@
 //     orchestrator instance (Limiter), so N instances admit an agent's rate once, not N times.
 //
 // The gates and the policies are read from the database once per refresh interval by every
-// instance (Refresher), never per request: a decision costs one Redis round trip, plus one
-// count query for an agent with a max_pending. When Redis does not answer, the bucket is
+// instance (Refresher), never per request: a decision costs at most one Redis round trip (an
+// agent of 100/s or more takes its tokens in batches: tokenStash), plus one count query for an
+// agent with a max_pending. When Redis does not answer, the bucket is
 // skipped and the request admitted or refused as admission.limiter_down_gpu / _cpu say
 // (default: refuse GPU work, admit the rest), which the logs and /readyz report.
 package admission

@@ -12,20 +12,26 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkAdmitJob -benchtime 20000x ./admission/
 //
-// Bucket: the common path, one EVALSHA of the GCRA (policy without max_pending). MaxPending:
-// the same plus the bounded count of the agent's unfinished jobs (100 of them, cap 1000).
-// RateLimited: a refusal (the bucket is empty). GPUGateClosed: refused by the gate, no I/O.
+// Bucket: one EVALSHA of the GCRA per decision (an agent below 100/s is never batched; the
+// burst is large so that the bucket never empties). BucketBatched: an agent of 10^6/s, whose
+// tokens are taken in batches (tokenStash). MaxPending: Bucket plus the bounded count of the
+// agent's unfinished jobs (100 of them, cap 1000). RateLimited: a refusal (the bucket is
+// empty). GPUGateClosed: refused by the gate, no I/O.
 func BenchmarkAdmitJob(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		prepare func(t *testing.B, bn *bundle) JobRequest
 	}{
 		{"Bucket", func(t *testing.B, bn *bundle) JobRequest {
+			bn.setPolicy(t, "steady", 99, 1e7, 0)
+			return JobRequest{Agent: "steady", Type: "noop"}
+		}},
+		{"BucketBatched", func(t *testing.B, bn *bundle) JobRequest {
 			bn.setPolicy(t, "fast", 1e6, 1e7, 0)
 			return JobRequest{Agent: "fast", Type: "noop"}
 		}},
 		{"MaxPending", func(t *testing.B, bn *bundle) JobRequest {
-			bn.setPolicy(t, "capped", 1e6, 1e7, 1000)
+			bn.setPolicy(t, "capped", 99, 1e7, 1000)
 			for i := range 100 {
 				bn.insertJob(t, fmt.Sprintf("bench-%d", i), "capped", "noop")
 			}
@@ -63,8 +69,8 @@ func BenchmarkAdmitJob(b *testing.B) {
 // requests concurrently); p99 is per decision.
 func BenchmarkAdmitJobParallel(b *testing.B) {
 	bn := setup(b, "")
-	bn.setPolicy(b, "fast", 1e6, 1e7, 0)
-	req := JobRequest{Agent: "fast", Type: "noop"}
+	bn.setPolicy(b, "steady", 99, 1e7, 0)
+	req := JobRequest{Agent: "steady", Type: "noop"}
 	ctx := b.Context()
 	lats := make(chan []time.Duration, 64)
 	b.ResetTimer()

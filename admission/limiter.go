@@ -54,6 +54,7 @@ type Limiter struct {
 	prefix  string
 	timeout time.Duration
 	log     *slog.Logger
+	stash   *tokenStash
 
 	mu        sync.Mutex
 	down      bool
@@ -65,24 +66,30 @@ type Limiter struct {
 // timeout bounds one call, which takes a client that honours context deadlines
 // (ContextTimeoutEnabled, as streams.NewRedis sets it).
 func NewLimiter(rdb redis.UniversalClient, prefix string, timeout time.Duration, log *slog.Logger) *Limiter {
-	return &Limiter{rl: redis_rate.NewLimiter(prefixedScripter{rdb}), rdb: rdb, prefix: prefix, timeout: timeout, log: log}
+	return &Limiter{rl: redis_rate.NewLimiter(prefixedScripter{rdb}), rdb: rdb, prefix: prefix, timeout: timeout,
+		log: log, stash: newTokenStash()}
 }
 
 // ErrLimiterDown is the error of Allow while Redis is known to be unreachable.
 var ErrLimiterDown = errors.New("admission limiter down")
 
-// Allow takes one token from agent's bucket. It returns whether a token was taken and, when
-// not, how long until one is there. An error means Redis did not answer; the limiter is then
-// down, and later calls fail at once with ErrLimiterDown (no request waits for a timeout during
-// an outage) until a Ping succeeds: the refresher pings every refresh interval. A cancelled
-// ctx is returned as is and marks nothing.
+// Allow takes one token from agent's bucket (from the tokens this instance took ahead, when
+// it has some: see tokenStash). It returns whether a token was taken and, when not, how long
+// until one is there. An error means Redis did not answer; the limiter is then down, and later
+// calls fail at once with ErrLimiterDown (no request waits for a timeout during an outage)
+// until a Ping succeeds: the refresher pings every refresh interval. A cancelled ctx is
+// returned as is and marks nothing.
 func (l *Limiter) Allow(ctx context.Context, agent string, p store.AdmissionPolicy) (bool, time.Duration, error) {
 	if !l.State().Up {
 		return false, 0, ErrLimiterDown
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	res, err := l.rl.Allow(cctx, BucketKey(l.prefix, agent, p), limit(p))
+	key := BucketKey(l.prefix, agent, p)
+	want := l.stash.take(key, batchSize(p), time.Now())
+	if want == 0 {
+		return true, 0, nil
+	}
+	got, retryAfter, err := l.takeTokens(ctx, key, p, want)
+	l.stash.put(key, want, got, time.Now())
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, 0, ctx.Err()
@@ -91,7 +98,27 @@ func (l *Limiter) Allow(ctx context.Context, agent string, p store.AdmissionPoli
 		return false, 0, fmt.Errorf("take a token of agent %s: %w", agent, err)
 	}
 	l.observe(nil)
-	return res.Allowed > 0, max(res.RetryAfter, 0), nil
+	return got > 0, retryAfter, nil
+}
+
+// takeTokens takes want tokens of key's bucket, all or none (GCRA, exact); when a batch is
+// refused it asks for the one token the request needs. It returns how many it took and, when
+// none, how long until one is there.
+func (l *Limiter) takeTokens(ctx context.Context, key string, p store.AdmissionPolicy, want int) (int, time.Duration, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	res, err := l.rl.AllowN(cctx, key, limit(p), want)
+	if err == nil && res.Allowed == 0 && want > 1 {
+		want = 1
+		res, err = l.rl.AllowN(cctx, key, limit(p), 1)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if res.Allowed == 0 {
+		return 0, max(res.RetryAfter, 0), nil
+	}
+	return want, 0, nil
 }
 
 // Ping checks that Redis answers and records the outcome like a call of Allow, so that the

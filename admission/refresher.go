@@ -98,6 +98,7 @@ func (r *Refresher) runOnce(ctx context.Context) (RefreshResult, error) {
 
 	// The limiter logs its own transitions; an error per pass would repeat them every second.
 	_ = c.limiter.Ping(ctx)
+	c.limiter.stash.sweep(time.Now())
 	return res, errors.Join(errs...)
 }
 

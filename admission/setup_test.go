@@ -184,3 +184,5 @@ func ctxDone() context.Context {
 	cancel()
 	return ctx
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

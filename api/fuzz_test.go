@@ -52,3 +52,29 @@ func FuzzSubmit(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLeaseRequest sends arbitrary bodies to POST /leases as an agent: never a 5xx, never a
+// panic, and every refusal is a JSON error with a code.
+func FuzzLeaseRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"agent":"alice","min_memory_mb":1024,"ttl_seconds":30,"mode":"gpu"}`,
+		`{"min_memory_mb":0,"mode":"cpu"}`,
+		`{"agent":"alice","node_id":"n1","min_memory_mb":-5,"mode":"gpu","exclusive":true}`,
+		`{"mode":"tpu"}`, `{"ttl_seconds":1e12}`, `{"agent":"bob","mode":"cpu"}`, `{}`, `[]`, ``, `{`,
+	} {
+		f.Add(seed)
+	}
+	b := setup(f)
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := b.request(t, http.MethodPost, "/leases", "alice", body)
+		if rec.Code >= 500 {
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body.String())
+		}
+		if rec.Code >= 400 {
+			var eb client.ErrorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error.Code == "" {
+				t.Fatalf("status %d with a bad error body %q: %v", rec.Code, rec.Body.String(), err)
+			}
+		}
+	})
+}

@@ -1,15 +1,11 @@
 package pools
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
-	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -92,11 +88,11 @@ func (r *Reconciler) members(poolID string, ws []store.Worker) []*member {
 // decide is the level-based core: from the pool's row and its members, what to do now.
 func (r *Reconciler) decide(p store.Pool, ms []*member, now time.Time) plan {
 	pl := plan{instruct: map[*member]store.WorkerInstruction{}}
-	managed := r.prov.Managed()
 	killAfter := r.cfg.DrainGrace
 	if p.Status == store.PoolEvicted {
 		killAfter = r.cfg.EvictGrace
 	}
+	// A local worker asked to go that overstays its grace is killed, whatever the pool's state.
 	for _, m := range ms {
 		if m.proc != nil && m.proc.Stopping() {
 			if left := killAfter - now.Sub(m.proc.StopRequestedAt); left <= 0 {
@@ -106,96 +102,102 @@ func (r *Reconciler) decide(p store.Pool, ms []*member, now time.Time) plan {
 			}
 		}
 	}
-	switch p.Status {
-	case store.PoolStarting, store.PoolRunning:
-		if reason, left := holdLeft(p, ms, now); left <= 0 && reason != "" {
-			pl.to, pl.reason, pl.why = store.PoolDraining, reason, reason
-			for _, m := range ms {
-				pl.order(m, store.InstructionDrain)
-				if m.proc != nil && !m.proc.Stopping() {
-					pl.stop = append(pl.stop, m)
-				}
-			}
-			pl.spawned = len(ms)
-			return pl
-		} else if reason != "" {
-			pl.due(left)
-		}
-		var active []*member
+	if p.Status.Live() {
+		r.decideLive(p, ms, now, &pl)
+	} else {
+		r.decideEnding(p, ms, now, &pl)
+	}
+	return pl
+}
+
+// decideLive handles a starting or running pool: hold expiry, then scaling to desired_workers.
+func (r *Reconciler) decideLive(p store.Pool, ms []*member, now time.Time, pl *plan) {
+	if reason, left := holdLeft(p, ms, now); reason != "" && left <= 0 {
+		pl.to, pl.reason, pl.why = store.PoolDraining, reason, reason
 		for _, m := range ms {
-			if m.leaving() {
-				continue
-			}
-			if managed && m.w == nil && m.proc != nil {
-				if left := r.cfg.StartTimeout - now.Sub(m.proc.StartedAt); left <= 0 {
-					r.log.Warn("worker did not register in time; killing it", "pool_id", p.ID,
-						"worker_id", m.id(), "start_timeout", r.cfg.StartTimeout)
-					pl.addKill(m)
-					continue
-				} else {
-					pl.due(left)
-				}
-			}
-			active = append(active, m)
-		}
-		if managed {
-			switch n := len(active); {
-			case n < p.DesiredWorkers:
-				pl.start = p.DesiredWorkers - n
-			case n > p.DesiredWorkers:
-				pl.why = fmt.Sprintf("scaled down to %d", p.DesiredWorkers)
-				victims := pickVictims(active, n-p.DesiredWorkers)
-				for _, m := range victims {
-					pl.order(m, store.InstructionDrain)
-					if m.proc != nil {
-						pl.stop = append(pl.stop, m)
-					}
-				}
-				kept := active[:0:0]
-				for _, m := range active {
-					if !contains(victims, m) {
-						kept = append(kept, m)
-					}
-				}
-				active = kept
-			}
-		}
-		ready := 0
-		for _, m := range active {
-			if m.w != nil {
-				ready++
-			}
-		}
-		if p.Status == store.PoolStarting && ready >= p.DesiredWorkers {
-			pl.to, pl.reason = store.PoolRunning, fmt.Sprintf("%d of %d workers live", ready, p.DesiredWorkers)
-		}
-		pl.spawned = len(active) + pl.start
-	default: // draining, stopped, evicted
-		in := impliedInstruction(p.Status)
-		pl.why = "pool " + string(p.Status)
-		overdue := p.Status == store.PoolDraining && now.Sub(p.StatusChangedAt) >= r.cfg.DrainGrace
-		if overdue {
-			in, pl.why = store.InstructionStop, "drain grace over"
-		} else if p.Status == store.PoolDraining && len(ms) > 0 {
-			pl.due(r.cfg.DrainGrace - now.Sub(p.StatusChangedAt))
-		}
-		for _, m := range ms {
-			pl.order(m, in)
-			switch {
-			case m.proc == nil:
-			case overdue:
-				pl.addKill(m)
-			case !m.proc.Stopping():
+			pl.order(m, store.InstructionDrain)
+			if m.proc != nil && !m.proc.Stopping() {
 				pl.stop = append(pl.stop, m)
 			}
 		}
-		if p.Status == store.PoolDraining && len(ms) == 0 {
-			pl.to, pl.reason = store.PoolStopped, "every worker left"
-		}
-		pl.rescue = p.Status == store.PoolEvicted
 		pl.spawned = len(ms)
+		return
+	} else if reason != "" {
+		pl.due(left)
 	}
-	return pl
+	managed := r.prov.Managed()
+	var active []*member
+	for _, m := range ms {
+		if m.leaving() {
+			continue
+		}
+		if managed && m.w == nil && m.proc != nil {
+			left := r.cfg.StartTimeout - now.Sub(m.proc.StartedAt)
+			if left <= 0 {
+				r.log.Warn("worker did not register in time; killing it", "pool_id", p.ID,
+					"worker_id", m.id(), "start_timeout", r.cfg.StartTimeout)
+				pl.addKill(m)
+				continue
+			}
+			pl.due(left)
+		}
+		active = append(active, m)
+	}
+	if managed {
+		switch n := len(active); {
+		case n < p.DesiredWorkers:
+			pl.start = p.DesiredWorkers - n
+		case n > p.DesiredWorkers:
+			pl.why = fmt.Sprintf("scaled down to %d", p.DesiredWorkers)
+			victims := pickVictims(active, n-p.DesiredWorkers)
+			for _, m := range victims {
+				pl.order(m, store.InstructionDrain)
+				if m.proc != nil {
+					pl.stop = append(pl.stop, m)
+				}
+			}
+			active = slices.DeleteFunc(active, func(m *member) bool { return contains(victims, m) })
+		}
+	}
+	ready := 0
+	for _, m := range active {
+		if m.w != nil {
+			ready++
+		}
+	}
+	if p.Status == store.PoolStarting && ready >= p.DesiredWorkers {
+		pl.to, pl.reason = store.PoolRunning, fmt.Sprintf("%d of %d workers live", ready, p.DesiredWorkers)
+	}
+	pl.spawned = len(active) + pl.start
+}
+
+// decideEnding handles a draining, stopped or evicted pool: every worker is told to go (local
+// ones are signalled), a drain past its grace becomes a stop, and a drained pool with no
+// worker left stops. An evicted pool's jobs are rescued.
+func (r *Reconciler) decideEnding(p store.Pool, ms []*member, now time.Time, pl *plan) {
+	in := impliedInstruction(p.Status)
+	pl.why = "pool " + string(p.Status)
+	overdue := p.Status == store.PoolDraining && now.Sub(p.StatusChangedAt) >= r.cfg.DrainGrace
+	if overdue {
+		in, pl.why = store.InstructionStop, "drain grace over"
+	} else if p.Status == store.PoolDraining && len(ms) > 0 {
+		pl.due(r.cfg.DrainGrace - now.Sub(p.StatusChangedAt))
+	}
+	for _, m := range ms {
+		pl.order(m, in)
+		switch {
+		case m.proc == nil:
+		case overdue:
+			pl.addKill(m)
+		case !m.proc.Stopping():
+			pl.stop = append(pl.stop, m)
+		}
+	}
+	if p.Status == store.PoolDraining && len(ms) == 0 {
+		pl.to, pl.reason = store.PoolStopped, "every worker left"
+	}
+	pl.rescue = p.Status == store.PoolEvicted
+	pl.spawned = len(ms)
 }
 
 // holdLeft says how long an idle pool has before its hold expires (reason "" when it never
@@ -256,138 +258,4 @@ func contains(ms []*member, m *member) bool {
 		}
 	}
 	return false
-}
-
-// reconcilePool decides, writes the decision (transition, instructions) in one fenced
-// transaction, then acts on the processes, rescues, and records spawned_workers.
-func (r *Reconciler) reconcilePool(ctx context.Context, p store.Pool, ws []store.Worker, now time.Time, res *ReconcileResult) error {
-	ms := r.members(p.ID, ws)
-	pl := r.decide(p, ms, now)
-	if pl.requeue > 0 && (res.RequeueAfter == 0 || pl.requeue < res.RequeueAfter) {
-		res.RequeueAfter = pl.requeue
-	}
-	from := p.Status
-	if pl.to != "" || len(pl.instruct) > 0 || pl.start > 0 || len(pl.stop) > 0 || len(pl.kill) > 0 {
-		// Even without a row to write, processes are only touched after the fence passed.
-		written := 0
-		err := r.fenced(ctx, func(tx store.Tx) error {
-			cur := p
-			written = 0
-			var events []store.AuditEvent
-			if pl.to != "" {
-				ev, err := Transition(ctx, tx, Change{Pool: &cur, To: pl.to, Reason: pl.reason, Now: now, Actor: leaderActor})
-				if err != nil {
-					return err
-				}
-				events = append(events, ev)
-			}
-			for m, in := range pl.instruct {
-				w := *m.w
-				ev, err := instruct(ctx, tx, &w, in, now, leaderActor, pl.why)
-				if errors.Is(err, store.ErrNotFound) {
-					continue // deregistered meanwhile
-				} else if err != nil {
-					return err
-				}
-				if ev != nil {
-					events, written = append(events, *ev), written+1
-				}
-			}
-			return tx.AuditInsert(ctx, events)
-		})
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, ErrIllegalTransition) {
-			r.log.Debug("pool changed during the pass; deciding again next pass", "pool_id", p.ID, "error", err)
-			res.RequeueAfter = requeueMin
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		res.Instructed += written
-		if pl.to != "" {
-			p.Status = pl.to
-			res.Transitions = append(res.Transitions, p.ID+":"+string(from)+"->"+string(pl.to))
-			r.log.Info("pool "+string(pl.to), "pool_id", p.ID, "from", from, "reason", pl.reason)
-		}
-	}
-	r.act(ctx, p, &pl, res)
-	if pl.rescue {
-		n, err := r.rescueJobs(ctx, p.ID)
-		res.Rescued += n
-		if err != nil {
-			return err
-		}
-	}
-	if pl.spawned != p.SpawnedWorkers {
-		return r.fenced(ctx, func(tx store.Tx) error {
-			err := tx.PoolUpdate(ctx, store.PoolUpdate{ID: p.ID, From: p.Status, To: p.Status, SpawnedWorkers: &pl.spawned, Now: now})
-			if errors.Is(err, store.ErrConflict) {
-				return nil // the status moved on; the next pass counts again
-			}
-			return err
-		})
-	}
-	return nil
-}
-
-// act signals and starts processes. Failures are logged: the next pass sees what is left.
-func (r *Reconciler) act(ctx context.Context, p store.Pool, pl *plan, res *ReconcileResult) {
-	for _, m := range pl.kill {
-		if err := r.prov.Kill(m.id()); err != nil {
-			r.log.Error("kill worker failed", "pool_id", p.ID, "worker_id", m.id(), "error", err)
-			continue
-		}
-		res.Killed++
-	}
-	for _, m := range pl.stop {
-		if contains(pl.kill, m) {
-			continue
-		}
-		if err := r.prov.Stop(m.id()); err != nil {
-			r.log.Error("stop worker failed", "pool_id", p.ID, "worker_id", m.id(), "error", err)
-			continue
-		}
-		res.Stopped++
-	}
-	for i := range pl.start {
-		spec := WorkerSpec{PoolID: p.ID, WorkerID: newWorkerID(p.ID), Types: p.Types, ModelID: p.ModelID,
-			Adapter: p.Adapter, Variant: p.Variant}
-		if _, err := r.prov.Start(ctx, spec); err != nil {
-			pl.spawned -= pl.start - i
-			if errors.Is(err, ErrBackingOff) {
-				r.log.Debug("not starting a worker yet", "pool_id", p.ID, "error", err)
-			} else {
-				r.log.Error("start worker failed", "pool_id", p.ID, "error", err)
-			}
-			return
-		}
-		res.Started++
-	}
-}
-
-// rescueJobs rescues the claimed and running jobs of an evicted pool's workers.
-func (r *Reconciler) rescueJobs(ctx context.Context, poolID string) (int, error) {
-	jobs, err := r.st.JobListInFlightByPool(ctx, poolID, rescueBatch)
-	if err != nil {
-		return 0, fmt.Errorf("rescue jobs of evicted pool: %w", err)
-	}
-	n := 0
-	for _, j := range jobs {
-		outcome, err := r.rescuer.Rescue(ctx, j.ID, ReasonEvicted)
-		if err != nil {
-			return n, fmt.Errorf("rescue jobs of evicted pool: %w", err)
-		}
-		if outcome != "" && outcome != engine.OutcomeStale {
-			n++
-			r.log.Info("job of evicted pool rescued", "pool_id", poolID, "job_id", j.ID, "worker_id", j.WorkerID, "outcome", outcome)
-		}
-	}
-	return n, nil
-}
-
-// newWorkerID names a worker the local provisioner starts: the pool's id and 32 random bits.
-func newWorkerID(poolID string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return poolID + "-" + hex.EncodeToString(b[:])
 }

@@ -8,7 +8,10 @@
 # leader, simulated GPUs. Everything is removed at the end; on a failure the logs are kept and
 # their tails printed. Needs MariaDB running (`make services`), redis-server, jq and curl.
 #
-# Steps that cannot run here are reported as SKIPPED with the reason.
+# The procedures keep the runbook's numbers but run in the order in which each leaves the stack
+# as the next needs it (the drain leaves the cluster without workers, so the jobs queued for the
+# Redis loss wait in Redis; the dead leader comes late, as it kills a host's workers). Steps that
+# cannot run here are reported as SKIPPED with the reason.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -40,6 +40,7 @@ func (f *dlqFlags) match(d client.DeadLetter) bool {
 	return (f.agent == "" || d.Agent == f.agent) && strings.Contains(d.LastError, f.errorContains)
 }
 
+// add adds the selection flags to cmd; forAll prefixes their help ("with --all: ").
 func (f *dlqFlags) add(cmd *cobra.Command, forAll string) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.params.Type, "type", "", forAll+"only dead letters of this job type")

@@ -1,5 +1,6 @@
-// Command orchctl is the operator CLI of GPU Orchestrator: it submits, inspects, lists, cancels
-// and waits for jobs, and shows the health of an orchestrator, all over the HTTP API.
+// Command orchctl is the operator CLI of GPU Orchestrator, over the HTTP API: jobs (submit, get,
+// list, cancel, wait, watch), leases, pools, the dead-letter queue, admission policies, control
+// (reconcile, drain), GPUs and the cluster status. docs/runbook.md is written in its commands.
 //
 //	orchctl jobs submit --type noop --agent ops --payload '{"n": 1}' --wait
 //	orchctl jobs list --status dead_letter --all -o json

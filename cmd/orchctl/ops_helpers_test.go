@@ -109,6 +109,15 @@ func (b *opsBundle) register(t *testing.T, workerID, pool string) {
 	require.NoError(t, err)
 }
 
+// registerSeen registers a worker of a pool wanting one and waits until the reconciler has seen
+// it (the pool is running). A pass reads the workers before the pools, so a drain issued
+// before that could meet a pass that read the workers before the registration.
+func (b *opsBundle) registerSeen(t *testing.T, workerID, pool string) {
+	t.Helper()
+	b.register(t, workerID, pool)
+	b.waitPool(t, pool, func(p client.Pool) bool { return p.Status == client.PoolRunning })
+}
+
 // pool reads a pool through the API.
 func (b *opsBundle) pool(t *testing.T, id string) client.Pool {
 	t.Helper()

@@ -87,6 +87,7 @@ type stateReporter struct {
 	drawn bool
 }
 
+// update shows the state after a look; final says the wait is over.
 func (r *stateReporter) update(line string, final bool) {
 	now := r.now()
 	text := line + " (" + fmtAge(max(now.Sub(r.start), 0)) + ")"
@@ -105,11 +106,13 @@ func (r *stateReporter) update(line string, final bool) {
 	fmt.Fprintln(r.w, "waiting: "+text)
 }
 
+// warn reports a passing error on its own line.
 func (r *stateReporter) warn(err error) {
 	r.end()
 	fmt.Fprintf(r.w, "orchctl: %s (retrying)\n", err)
 }
 
+// end finishes a progress line left on the terminal.
 func (r *stateReporter) end() {
 	if r.drawn {
 		fmt.Fprintln(r.w)

@@ -120,7 +120,9 @@ func newLocalProvisioner(cfg *config.Config, svc *pools.Service, log *slog.Logge
 }
 
 // workerAPIURL is the address local workers call: pools.worker_api_url, else http_addr with a
-// loopback host when it listens on every address.
+// loopback host when it listens on every address (https when the API serves TLS; the workers
+// read the same tls section, and a certificate that does not name that host needs
+// pools.worker_api_url).
 func workerAPIURL(cfg *config.Config) (string, error) {
 	if cfg.Pools.WorkerAPIURL != "" {
 		return cfg.Pools.WorkerAPIURL, nil
@@ -132,7 +134,11 @@ func workerAPIURL(cfg *config.Config) (string, error) {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port), nil
+	scheme := "http://"
+	if cfg.TLS.Enabled() {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, port), nil
 }
 
 // leaderLoop is the pools' extra loop of leaderWork: the reconciler of one term, fenced by it,
