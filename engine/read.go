@@ -1,0 +1,29 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Get returns one job.
+func (e *Engine) Get(ctx context.Context, id string) (store.Job, error) {
+	j, err := e.store.JobGet(ctx, id)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// List returns a page of jobs, newest first.
+func (e *Engine) List(ctx context.Context, p store.JobListParams) ([]store.Job, error) {
+	if p.Status != "" && !p.Status.Valid() {
+		return nil, invalid("status", "unknown status %q", p.Status)
+	}
+	jobs, err := e.store.JobList(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return jobs, nil
+}
