@@ -122,6 +122,9 @@ type LeaseExecutor interface {
 	LeaseList(ctx context.Context, p LeaseListParams) ([]Lease, error)
 	// LeaseSetStatus applies one compare-and-set of a lease's status.
 	LeaseSetStatus(ctx context.Context, u LeaseStatusUpdate) error
+	// LeaseSetStatusMany applies compare-and-set status changes of distinct leases in as few
+	// statements as it can; any lease that moved on fails the whole call with ErrConflict.
+	LeaseSetStatusMany(ctx context.Context, us []LeaseStatusUpdate) error
 	// LeaseHeartbeat extends every lease among tokens that is active and not yet expired at now:
 	// expires_at becomes now + its TTL, last_heartbeat now. It never touches a lease that has
 	// ended or whose expiry has passed (a heartbeat must not resurrect it). It returns the rows

@@ -180,6 +180,9 @@ type JobExecutor interface {
 	// JobInsert inserts a new pending job. When a job with the same ID exists it returns that job
 	// and inserted=false, writing nothing.
 	JobInsert(ctx context.Context, p JobInsertParams) (job Job, inserted bool, err error)
+	// JobInsertMany inserts new pending jobs, all or none: when any id is taken it fails with
+	// ErrConflict (and the caller rolls back). It returns the rows as stored, in order.
+	JobInsertMany(ctx context.Context, ps []JobInsertParams) ([]Job, error)
 	// JobGet returns one job or ErrNotFound.
 	JobGet(ctx context.Context, id string) (Job, error)
 	// JobGetMany returns the jobs that exist among ids (in no particular order); forUpdate locks
@@ -189,6 +192,11 @@ type JobExecutor interface {
 	JobList(ctx context.Context, p JobListParams) ([]Job, error)
 	// JobUpdate applies one compare-and-set write.
 	JobUpdate(ctx context.Context, u JobUpdate) error
+	// JobUpdateMany applies compare-and-set writes of distinct jobs in as few statements as it
+	// can. Unlike JobUpdate it does not say which write failed: any write whose row moved on
+	// fails the whole call with ErrConflict (or ErrNotFound), so it belongs in a transaction whose
+	// rows the caller has read and locked.
+	JobUpdateMany(ctx context.Context, us []JobUpdate) error
 	// JobListDispatchable returns pending jobs with enqueued=0 and available_at <= now, oldest
 	// available first.
 	JobListDispatchable(ctx context.Context, now time.Time, limit int) ([]Job, error)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 // Limits of list queries.
@@ -20,8 +21,6 @@ const (
 	dispatchLimitMax     = 10000
 	// batchChunk bounds the rows or ids one statement carries (IN lists, multi-row inserts).
 	batchChunk = 500
-	// lastErrorMax is the byte capacity of last_error (TEXT).
-	lastErrorMax = 65535
 )
 
 const jobColumns = `job_id, type, agent, payload, status, attempts, max_attempts, available_at,
@@ -46,22 +45,12 @@ func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store
 	if !asciiID(p.ID) {
 		return store.Job{}, false, fmt.Errorf("insert job %q: a job id must be ASCII", p.ID)
 	}
-	now := dbTime(p.Now)
-	avail := now
-	if !p.AvailableAt.IsZero() {
-		avail = dbTime(p.AvailableAt)
-	}
-	j := store.Job{
-		ID: p.ID, Type: p.Type, Agent: p.Agent, Payload: nilIfEmpty(p.Payload),
-		Status: store.JobPending, MaxAttempts: p.MaxAttempts, AvailableAt: avail,
-		GPUMemoryMB: p.GPUMemoryMB, Timeout: p.Timeout.Truncate(time.Millisecond),
-		CreatedAt: now, UpdatedAt: now,
-	}
+	j := newJob(p)
 	_, err := e.q.ExecContext(ctx, `INSERT INTO orchestrator_jobs (job_id, type, agent, payload,
 		status, attempts, max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms,
 		created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)`,
-		j.ID, j.Type, j.Agent, jsonArg(j.Payload), j.Status, j.MaxAttempts, avail,
-		j.GPUMemoryMB, j.Timeout.Milliseconds(), now, now)
+		j.ID, j.Type, j.Agent, jsonArg(j.Payload), j.Status, j.MaxAttempts, j.AvailableAt,
+		j.GPUMemoryMB, j.Timeout.Milliseconds(), j.CreatedAt, j.CreatedAt)
 	if err == nil {
 		return j, true, nil
 	}
@@ -76,6 +65,51 @@ func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store
 		return store.Job{}, false, fmt.Errorf("read existing job %s: %w", p.ID, mapErr(err))
 	}
 	return existing, false, nil
+}
+
+// JobInsertMany inserts new pending jobs with one multi-row INSERT per 500, all or none: when
+// any id is taken (or appears twice) it fails with ErrConflict and inserts nothing of that
+// statement, and the caller rolls back. It returns the rows as stored.
+func (e executor) JobInsertMany(ctx context.Context, ps []store.JobInsertParams) ([]store.Job, error) {
+	jobs := make([]store.Job, 0, len(ps))
+	for chunk := range slices.Chunk(ps, batchChunk) {
+		var q strings.Builder
+		q.WriteString(`INSERT INTO orchestrator_jobs (job_id, type, agent, payload, status, attempts,
+			max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms, created_at, updated_at) VALUES `)
+		args := make([]any, 0, 11*len(chunk))
+		for i, p := range chunk {
+			if !asciiID(p.ID) {
+				return nil, fmt.Errorf("insert job %q: a job id must be ASCII", p.ID)
+			}
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)")
+			j := newJob(p)
+			jobs = append(jobs, j)
+			args = append(args, j.ID, j.Type, j.Agent, jsonArg(j.Payload), j.Status, j.MaxAttempts,
+				j.AvailableAt, j.GPUMemoryMB, j.Timeout.Milliseconds(), j.CreatedAt, j.CreatedAt)
+		}
+		if _, err := e.q.ExecContext(ctx, q.String(), args...); err != nil {
+			return nil, fmt.Errorf("insert %d jobs: %w", len(chunk), mapErr(err))
+		}
+	}
+	return jobs, nil
+}
+
+// newJob is the row JobInsert writes for p.
+func newJob(p store.JobInsertParams) store.Job {
+	now := dbTime(p.Now)
+	avail := now
+	if !p.AvailableAt.IsZero() {
+		avail = dbTime(p.AvailableAt)
+	}
+	return store.Job{
+		ID: p.ID, Type: p.Type, Agent: p.Agent, Payload: nilIfEmpty(p.Payload),
+		Status: store.JobPending, MaxAttempts: p.MaxAttempts, AvailableAt: avail,
+		GPUMemoryMB: p.GPUMemoryMB, Timeout: p.Timeout.Truncate(time.Millisecond),
+		CreatedAt: now, UpdatedAt: now,
+	}
 }
 
 // JobGet returns one job or store.ErrNotFound.
@@ -164,61 +198,12 @@ func (e executor) JobUpdate(ctx context.Context, u store.JobUpdate) error {
 	if !asciiID(u.ID) {
 		return fmt.Errorf("update job %q: %w", u.ID, store.ErrNotFound)
 	}
-	set := []string{"status = ?", "updated_at = ?"}
-	args := []any{u.To, dbTime(u.Now)}
-	add := func(col string, v any) {
-		set = append(set, col+" = ?")
-		args = append(args, v)
-	}
-	if u.Attempts != nil {
-		add("attempts", *u.Attempts)
-	}
-	if u.MaxAttempts != nil {
-		add("max_attempts", *u.MaxAttempts)
-	}
-	if u.AvailableAt != nil {
-		add("available_at", dbTime(*u.AvailableAt))
-	}
-	if u.Enqueued != nil {
-		add("enqueued", *u.Enqueued)
-	}
-	if u.OwnerPool != nil {
-		add("owner_pool", *u.OwnerPool)
-	}
-	if u.WorkerID != nil {
-		add("worker_id", *u.WorkerID)
-	}
-	if u.LeaseToken != nil {
-		add("lease_token", *u.LeaseToken)
-	}
-	if u.Result != nil {
-		add("result", string(u.Result))
-	}
-	if u.LastError != nil {
-		add("last_error", truncateUTF8(*u.LastError, lastErrorMax))
-	}
-	if u.StartedAt != nil {
-		add("started_at", nullTime(*u.StartedAt))
-	}
-	if u.FinishedAt != nil {
-		add("finished_at", nullTime(*u.FinishedAt))
-	}
-	where := "job_id = ? AND status = ?"
-	args = append(args, u.ID, u.From)
-	if u.ExpectAttempts != nil {
-		where += " AND attempts = ?"
-		args = append(args, *u.ExpectAttempts)
-	}
-	if u.ExpectWorker != nil {
-		where += " AND worker_id = ?"
-		args = append(args, *u.ExpectWorker)
-	}
-	res, err := e.q.ExecContext(ctx,
-		"UPDATE orchestrator_jobs SET "+strings.Join(set, ", ")+" WHERE "+where, args...)
+	st := sqlgen.JobUpdate(u, encoding)
+	res, err := e.q.ExecContext(ctx, st.SQL, st.Args...)
 	if err != nil {
 		return fmt.Errorf("update job %s: %w", u.ID, mapErr(err))
 	}
-	// clientFoundRows: matched rows, so identical values still count as 1.
+	// Matched rows (clientFoundRows on MariaDB), so identical values still count as 1.
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("update job %s: %w", u.ID, err)
 	} else if n > 0 {
@@ -230,6 +215,29 @@ func (e executor) JobUpdate(ctx context.Context, u store.JobUpdate) error {
 		return fmt.Errorf("update job %s: %w", u.ID, mapErr(err))
 	}
 	return fmt.Errorf("update job %s from %s to %s: %w", u.ID, u.From, u.To, store.ErrConflict)
+}
+
+// JobUpdateMany applies the compare-and-set writes of distinct jobs with as few UPDATEs as their
+// shapes allow (sqlgen.JobUpdates). One write is JobUpdate, with its precise error; for more, a
+// statement that matches fewer rows than it carries fails the whole call with ErrConflict, and
+// the caller's transaction is rolled back.
+func (e executor) JobUpdateMany(ctx context.Context, us []store.JobUpdate) error {
+	if len(us) == 1 {
+		return e.JobUpdate(ctx, us[0])
+	}
+	for _, u := range us {
+		if u.To == "" {
+			return fmt.Errorf("update job %s: no target status", u.ID)
+		}
+		if !asciiID(u.ID) {
+			return fmt.Errorf("update job %q: %w", u.ID, store.ErrNotFound)
+		}
+	}
+	stmts, err := sqlgen.JobUpdates(us, encoding, batchChunk)
+	if err != nil {
+		return err
+	}
+	return execAll(ctx, e.q, "update jobs", stmts)
 }
 
 // JobListDispatchable returns due, unpublished pending jobs, oldest available first.

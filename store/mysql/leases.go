@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const leaseColumns = `token, agent_name, job_id, node_id, gpu_index, mode, memory_mb, exclusive,
@@ -153,6 +154,24 @@ func (e executor) LeaseSetStatus(ctx context.Context, u store.LeaseStatusUpdate)
 		return fmt.Errorf("set lease status %s -> %s: %w", u.From, u.To, mapErr(err))
 	}
 	return fmt.Errorf("set lease status %s -> %s: %w", u.From, u.To, store.ErrConflict)
+}
+
+// LeaseSetStatusMany applies the compare-and-set status changes of distinct leases, one UPDATE
+// per (from, to) and 500 tokens; a lease that moved on fails the whole call with ErrConflict.
+func (e executor) LeaseSetStatusMany(ctx context.Context, us []store.LeaseStatusUpdate) error {
+	if len(us) == 1 {
+		return e.LeaseSetStatus(ctx, us[0])
+	}
+	for _, u := range us {
+		if !asciiID(u.Token) {
+			return fmt.Errorf("set lease status: %w", store.ErrNotFound)
+		}
+	}
+	stmts, err := sqlgen.LeaseStatuses(us, encoding, batchChunk)
+	if err != nil {
+		return err
+	}
+	return execAll(ctx, e.q, "set lease statuses", stmts)
 }
 
 // LeaseHeartbeat extends the active, unexpired leases among tokens by their own TTL in one

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const poolColumns = `pool_id, agent_name, model_id, adapter, variant, job_types, desired_workers,
@@ -86,7 +87,7 @@ func (e executor) PoolUpdate(ctx context.Context, u store.PoolUpdate) error {
 		set("status_changed_at", now)
 	}
 	if u.StatusReason != nil {
-		set("status_reason", truncateUTF8(*u.StatusReason, 255))
+		set("status_reason", sqlgen.TruncateUTF8(*u.StatusReason, 255))
 	}
 	if s := u.Spec; s != nil {
 		set("agent_name", s.Agent)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 // queryJobs runs a SELECT of jobColumns and scans every row.
@@ -91,21 +93,6 @@ func nilIfEmpty(raw []byte) json.RawMessage {
 	return raw
 }
 
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	// Drop the bytes of a rune cut in half (at most UTFMax-1 of them).
-	for range utf8.UTFMax - 1 {
-		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
-			break
-		}
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
 // asciiID reports whether id can be a job id: job_id is an ascii_bin column, and comparing it
 // with a non-ASCII string is a collation error in MariaDB, not a mismatch. Such ids therefore
 // never exist; lookups report them as not found without asking the server.
@@ -135,4 +122,26 @@ func anySlice[T any](s []T) []any {
 		out[i] = v
 	}
 	return out
+}
+
+// encoding is how this driver passes values to the shared statements of sqlgen.
+var encoding = sqlgen.Encoding{Time: func(t time.Time) any { return dbTime(t) }}
+
+// execAll runs statements that must each match all their rows; one that matches fewer fails
+// with ErrConflict (a row moved on since the caller read it).
+func execAll(ctx context.Context, q querier, what string, stmts []sqlgen.Statement) error {
+	for _, st := range stmts {
+		res, err := q.ExecContext(ctx, st.SQL, st.Args...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, mapErr(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if int(n) != st.Rows {
+			return fmt.Errorf("%s: %d of %d rows still matched: %w", what, n, st.Rows, store.ErrConflict)
+		}
+	}
+	return nil
 }

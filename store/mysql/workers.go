@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const workerColumns = `worker_id, pool_id, node_id, hostname, pid, job_types, concurrency, status,
@@ -28,7 +29,7 @@ func (e executor) WorkerUpsert(ctx context.Context, w store.Worker) error {
 			jobs_claimed = VALUES(jobs_claimed), telemetry = VALUES(telemetry),
 			registered_at = VALUES(registered_at), last_heartbeat = VALUES(last_heartbeat),
 			last_active_at = VALUES(last_active_at)`,
-		w.ID, w.PoolID, w.NodeID, truncateUTF8(w.Hostname, 255), w.PID, typesJSON(w.Types), w.Concurrency,
+		w.ID, w.PoolID, w.NodeID, sqlgen.TruncateUTF8(w.Hostname, 255), w.PID, typesJSON(w.Types), w.Concurrency,
 		string(w.Status), string(w.Instruction), w.InFlight, w.JobsClaimed, jsonArg(w.Telemetry),
 		dbTime(w.RegisteredAt), dbTime(w.LastHeartbeat), nullTimePtr(w.LastActiveAt))
 	if err != nil {

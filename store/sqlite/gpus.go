@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const gpuColumns = `node_id, gpu_index, uuid, name, memory_total_mb, memory_used_mb, utilization_pct,
@@ -30,9 +31,9 @@ func (e executor) GPUUpsertSnapshot(ctx context.Context, s store.GPUSnapshot) er
 				q.WriteString(", ")
 			}
 			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, s.NodeID, g.Index, truncateUTF8(g.UUID, gpuTextMax), truncateUTF8(g.Name, gpuTextMax),
+			args = append(args, s.NodeID, g.Index, sqlgen.TruncateUTF8(g.UUID, gpuTextMax), sqlgen.TruncateUTF8(g.Name, gpuTextMax),
 				g.MemoryTotalMB, g.MemoryUsedMB, g.UtilizationPct, g.TemperatureC, g.PowerWatts, g.Lost,
-				truncateUTF8(g.LostReason, gpuLostReasonMax), g.Source, now)
+				sqlgen.TruncateUTF8(g.LostReason, gpuLostReasonMax), g.Source, now)
 		}
 		q.WriteString(` ON CONFLICT (node_id, gpu_index) DO UPDATE SET uuid = excluded.uuid,
 			name = excluded.name, memory_total_mb = excluded.memory_total_mb,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const poolColumns = `pool_id, agent_name, model_id, adapter, variant, job_types, desired_workers,
@@ -22,7 +23,7 @@ func (e executor) PoolInsert(ctx context.Context, p store.Pool) error {
 	_, err := e.w.ExecContext(ctx, "INSERT INTO worker_pools ("+poolColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		p.ID, p.Agent, p.ModelID, p.Adapter, p.Variant, typesJSON(p.Types), p.DesiredWorkers,
-		p.SpawnedWorkers, string(p.Status), truncateUTF8(p.StatusReason, 255), dbTime(p.StatusChangedAt),
+		p.SpawnedWorkers, string(p.Status), sqlgen.TruncateUTF8(p.StatusReason, 255), dbTime(p.StatusChangedAt),
 		p.HoldSeconds, dbTime(p.CreatedAt), dbTime(p.UpdatedAt), dbTime(p.StartedAt),
 		nullTimePtr(p.LastHeartbeat), nullTimePtr(p.LastActivityAt), jsonArg(p.Metadata))
 	if err != nil {
@@ -85,7 +86,7 @@ func (e executor) PoolUpdate(ctx context.Context, u store.PoolUpdate) error {
 		set("status_changed_at", now)
 	}
 	if u.StatusReason != nil {
-		set("status_reason", truncateUTF8(*u.StatusReason, 255))
+		set("status_reason", sqlgen.TruncateUTF8(*u.StatusReason, 255))
 	}
 	if s := u.Spec; s != nil {
 		set("agent_name", s.Agent)

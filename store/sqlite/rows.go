@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 // queryJobs runs a SELECT of jobColumns and scans every row.
@@ -130,21 +131,6 @@ func nullString(s string) any {
 	return s
 }
 
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	// Drop the bytes of a rune cut in half (at most UTFMax-1 of them).
-	for range utf8.UTFMax - 1 {
-		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
-			break
-		}
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
 // asciiID reports whether id can be a job id. SQLite could store any text, but MariaDB's
 // job_id is ASCII, and both drivers must accept the same ids: a client sees the same API
 // whichever mode serves it. Non-ASCII ids therefore never exist and lookups skip them.
@@ -188,4 +174,26 @@ type querier interface {
 type executor struct {
 	r querier
 	w querier
+}
+
+// encoding is how this driver passes values to the shared statements of sqlgen.
+var encoding = sqlgen.Encoding{Time: func(t time.Time) any { return dbTime(t) }}
+
+// execAll runs statements that must each match all their rows; one that matches fewer fails
+// with ErrConflict (a row moved on since the caller read it).
+func execAll(ctx context.Context, q querier, what string, stmts []sqlgen.Statement) error {
+	for _, st := range stmts {
+		res, err := q.ExecContext(ctx, st.SQL, st.Args...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, mapErr(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if int(n) != st.Rows {
+			return fmt.Errorf("%s: %d of %d rows still matched: %w", what, n, st.Rows, store.ErrConflict)
+		}
+	}
+	return nil
 }

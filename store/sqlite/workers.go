@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const workerColumns = `worker_id, pool_id, node_id, hostname, pid, job_types, concurrency, status,
@@ -27,7 +28,7 @@ func (e executor) WorkerUpsert(ctx context.Context, w store.Worker) error {
 			jobs_claimed = excluded.jobs_claimed, telemetry = excluded.telemetry,
 			registered_at = excluded.registered_at, last_heartbeat = excluded.last_heartbeat,
 			last_active_at = excluded.last_active_at`,
-		w.ID, w.PoolID, w.NodeID, truncateUTF8(w.Hostname, 255), w.PID, typesJSON(w.Types), w.Concurrency,
+		w.ID, w.PoolID, w.NodeID, sqlgen.TruncateUTF8(w.Hostname, 255), w.PID, typesJSON(w.Types), w.Concurrency,
 		string(w.Status), string(w.Instruction), w.InFlight, w.JobsClaimed, jsonArg(w.Telemetry),
 		dbTime(w.RegisteredAt), dbTime(w.LastHeartbeat), nullTimePtr(w.LastActiveAt))
 	if err != nil {
