@@ -44,7 +44,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 				return err
 			}
 		}
-		events := make([]store.AuditEvent, 0, 2*len(claimable))
+		plans := make([]plan, 0, len(claimable))
 		granted := make([]store.Lease, 0, len(claimable))
 		actor := "worker:" + p.WorkerID
 		for _, c := range claimable {
@@ -57,8 +57,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 			} else if err != nil {
 				return err
 			}
-			ev, err := transition(ctx, tx, change{
-				job: job,
+			plans = append(plans, plan{job: job, actor: actor, steps: []step{{
 				update: store.JobUpdate{
 					To:         store.JobClaimed,
 					Attempts:   &attempts,
@@ -67,17 +66,19 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 					LeaseToken: &lease.Token,
 					Now:        now,
 				},
-				actor: actor,
 				details: map[string]any{"attempt": attempts, "node_id": p.NodeID, "message_id": c.item.MessageID,
 					"lease_mode": lease.Mode, "gpu_index": lease.GPUIndex},
-			})
-			if err != nil {
-				return err
-			}
-			events = append(events, ev, leases.GrantedEvent(lease, actor))
+			}}})
 			granted = append(granted, lease)
-			res.Claimed = append(res.Claimed, *job)
 			res.Leases[job.ID] = lease
+		}
+		events, err := transitionAll(ctx, tx, plans)
+		if err != nil {
+			return err
+		}
+		for i, pl := range plans {
+			events = append(events, leases.GrantedEvent(granted[i], actor))
+			res.Claimed = append(res.Claimed, *pl.job)
 		}
 		// The worker acks and drops an entry refused as not due. Such an entry is stale (the
 		// job failed back to pending after it was published): hand the job back to the
@@ -169,21 +170,20 @@ func (e *Engine) Start(ctx context.Context, p StartParams) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		var events []store.AuditEvent
+		var plans []plan
 		for _, id := range p.JobIDs {
 			job, ok := byID[id]
 			if !ok || job.Status != store.JobClaimed || job.WorkerID != p.WorkerID {
 				continue
 			}
-			ev, err := transition(ctx, tx, change{
-				job:    job,
+			delete(byID, id) // an id listed twice starts once
+			plans = append(plans, plan{job: job, actor: "worker:" + p.WorkerID, steps: []step{{
 				update: store.JobUpdate{To: store.JobRunning, StartedAt: &now, Now: now},
-				actor:  "worker:" + p.WorkerID,
-			})
-			if err != nil {
-				return err
-			}
-			events = append(events, ev)
+			}}})
+		}
+		events, err := transitionAll(ctx, tx, plans)
+		if err != nil {
+			return err
 		}
 		if err := tx.AuditInsert(ctx, events); err != nil {
 			return err

@@ -41,46 +41,61 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		if err != nil {
 			return err
 		}
-		events := make([]store.AuditEvent, 0, 3*len(p.Results))
-		actor := "worker:" + p.WorkerID
-		for _, r := range p.Results {
+		var (
+			plans    []plan
+			releases []leases.Change
+			// The jobs and leases this call already settles: a result listed twice is stale the
+			// second time.
+			settled  = map[string]bool{}
+			released = map[string]bool{}
+			actor    = "worker:" + p.WorkerID
+			status   = make([]*store.Job, len(p.Results)) // whose status each outcome reports
+		)
+		release := func(l *store.Lease, details map[string]any) {
+			if l != nil && l.Status == store.LeaseActive && !released[l.Token] {
+				released[l.Token] = true
+				releases = append(releases, leases.Change{Lease: l, To: store.LeaseReleased, Details: details})
+			}
+		}
+		for i, r := range p.Results {
 			job, ok := byID[r.JobID]
+			status[i] = job
 			lease := held[r.LeaseToken]
 			if lease != nil && lease.JobID != r.JobID {
 				lease = nil // a token of another job proves nothing about this one
 			}
 			if lease != nil && leaseExpired(lease, now) {
-				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeLeaseExpired, Status: statusOf(job, ok)})
+				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeLeaseExpired})
 				continue
 			}
-			if !ok || !e.ownsAttempt(job, p.WorkerID, r) {
+			if !ok || settled[job.ID] || !e.ownsAttempt(job, p.WorkerID, r) {
 				// A live lease that is not the job's current one (the job was cancelled, or
 				// settled otherwise) is of no use to anyone any more.
-				if lease != nil && lease.Status == store.LeaseActive && (!ok || job.LeaseToken != lease.Token) {
-					ev, err := leases.Transition(ctx, tx, lease, store.LeaseReleased, now, actor,
-						map[string]any{"reason": "stale result"})
-					if err != nil {
-						return err
-					}
-					events = append(events, ev)
+				if lease != nil && (!ok || job.LeaseToken != lease.Token) {
+					release(lease, map[string]any{"reason": "stale result"})
 				}
-				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeStale, Status: statusOf(job, ok)})
+				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeStale})
 				continue
 			}
-			if lease != nil && lease.Status == store.LeaseActive {
-				ev, err := leases.Transition(ctx, tx, lease, store.LeaseReleased, now, actor,
-					map[string]any{"attempt": job.Attempts, "done": r.Done})
-				if err != nil {
-					return err
-				}
-				events = append(events, ev)
+			settled[job.ID] = true
+			release(lease, map[string]any{"attempt": job.Attempts, "done": r.Done})
+			pl, outcome := e.finish(job, actor, r, now)
+			plans = append(plans, pl)
+			res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: outcome})
+		}
+		events, err := leases.TransitionMany(ctx, tx, releases, now, actor)
+		if err != nil {
+			return err
+		}
+		jobEvents, err := transitionAll(ctx, tx, plans)
+		if err != nil {
+			return err
+		}
+		events = append(events, jobEvents...)
+		for i := range res.Outcomes {
+			if status[i] != nil {
+				res.Outcomes[i].Status = status[i].Status
 			}
-			evs, outcome, err := e.finish(ctx, tx, job, p.WorkerID, r, now)
-			if err != nil {
-				return err
-			}
-			events = append(events, evs...)
-			res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: outcome, Status: job.Status})
 		}
 		if err := tx.AuditInsert(ctx, events); err != nil {
 			return err
@@ -113,13 +128,6 @@ func leasesByToken(ctx context.Context, tx store.Executor, tokens []string) (map
 	return out, nil
 }
 
-func statusOf(job *store.Job, ok bool) store.JobStatus {
-	if !ok {
-		return ""
-	}
-	return job.Status
-}
-
 // ownsAttempt reports whether r is the result of the job's current attempt by this worker.
 func (e *Engine) ownsAttempt(job *store.Job, workerID string, r Result) bool {
 	if job.Status != store.JobClaimed && job.Status != store.JobRunning {
@@ -131,49 +139,39 @@ func (e *Engine) ownsAttempt(job *store.Job, workerID string, r Result) bool {
 	return r.LeaseToken == job.LeaseToken
 }
 
-// finish applies one owned result: (claimed →) running → done, or → failed → pending|dead_letter.
-func (e *Engine) finish(ctx context.Context, tx store.Tx, job *store.Job, workerID string, r Result, now time.Time) ([]store.AuditEvent, string, error) {
-	actor := "worker:" + workerID
-	var events []store.AuditEvent
-	step := func(u store.JobUpdate, details map[string]any) error {
+// finish plans one owned result: (claimed →) running → done, or → failed → pending|dead_letter.
+func (e *Engine) finish(job *store.Job, actor string, r Result, now time.Time) (plan, string) {
+	pl := plan{job: job, actor: actor}
+	add := func(u store.JobUpdate, details map[string]any) {
 		u.Now = now
-		ev, err := transition(ctx, tx, change{job: job, update: u, actor: actor, details: details})
-		if err == nil {
-			events = append(events, ev)
-		}
-		return err
+		pl.steps = append(pl.steps, step{update: u, details: details})
 	}
 	if r.Done {
 		if job.Status == store.JobClaimed {
 			// The start report may still be on its way: record the start now.
-			if err := step(store.JobUpdate{To: store.JobRunning, StartedAt: &now}, nil); err != nil {
-				return nil, "", err
-			}
+			add(store.JobUpdate{To: store.JobRunning, StartedAt: &now}, nil)
 		}
 		output := r.Output
 		if len(output) == 0 || !json.Valid(output) {
 			output = json.RawMessage("null")
 		}
 		empty := ""
-		err := step(store.JobUpdate{To: store.JobDone, Result: output, FinishedAt: &now, LeaseToken: &empty},
+		add(store.JobUpdate{To: store.JobDone, Result: output, FinishedAt: &now, LeaseToken: &empty},
 			map[string]any{"attempt": job.Attempts})
-		return events, OutcomeDone, err
+		return pl, OutcomeDone
 	}
 	msg := r.Error
 	if msg == "" {
 		msg = "failed without an error message"
 	}
-	if err := step(store.JobUpdate{To: store.JobFailed, LastError: &msg},
-		map[string]any{"attempt": job.Attempts, "error": truncate(msg, 512), "non_retryable": r.NonRetryable}); err != nil {
-		return nil, "", err
-	}
-	outcome, err := e.afterFailure(job, r.NonRetryable, now, step)
-	return events, outcome, err
+	add(store.JobUpdate{To: store.JobFailed, LastError: &msg},
+		map[string]any{"attempt": job.Attempts, "error": truncate(msg, 512), "non_retryable": r.NonRetryable})
+	return pl, e.afterFailure(job, r.NonRetryable, now, add)
 }
 
 // afterFailure moves a failed job on: back to pending with backoff while attempts remain,
 // otherwise (or when non-retryable) to dead_letter. Shared by completions and rescues.
-func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, step func(store.JobUpdate, map[string]any) error) (outcome string, err error) {
+func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, step func(store.JobUpdate, map[string]any)) string {
 	empty := ""
 	if nonRetryable || job.Attempts >= job.MaxAttempts {
 		reason := "attempts exhausted"
@@ -183,9 +181,9 @@ func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, 
 		// enqueued=0: the dead letter is not yet on the DLQ stream (the DLQ relay publishes it,
 		// the same outbox as the dispatcher's).
 		f := false
-		err := step(store.JobUpdate{To: store.JobDeadLetter, FinishedAt: &now, LeaseToken: &empty, Enqueued: &f},
+		step(store.JobUpdate{To: store.JobDeadLetter, FinishedAt: &now, LeaseToken: &empty, Enqueued: &f},
 			map[string]any{"reason": reason, "attempts": job.Attempts})
-		return OutcomeDeadLetter, err
+		return OutcomeDeadLetter
 	}
 	delay := time.Duration(0)
 	if jt := e.cfg.JobType(job.Type); jt != nil {
@@ -193,9 +191,9 @@ func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, 
 	}
 	at := now.Add(delay).Truncate(time.Microsecond)
 	f := false
-	err = step(store.JobUpdate{To: store.JobPending, AvailableAt: &at, Enqueued: &f, WorkerID: &empty, LeaseToken: &empty},
+	step(store.JobUpdate{To: store.JobPending, AvailableAt: &at, Enqueued: &f, WorkerID: &empty, LeaseToken: &empty},
 		map[string]any{"retry_in_ms": delay.Milliseconds(), "next_attempt": job.Attempts + 1})
-	return OutcomeRetry, err
+	return OutcomeRetry
 }
 
 func truncate(s string, n int) string {

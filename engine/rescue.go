@@ -81,26 +81,23 @@ func (e *Engine) rescueTx(ctx context.Context, tx store.Tx, jobID, token, reason
 	if !live || (job.LeaseToken != "" && job.LeaseToken != token) {
 		return OutcomeStale, events, nil
 	}
-	step := func(u store.JobUpdate, details map[string]any) error {
+	pl := plan{job: job, actor: rescueActor}
+	add := func(u store.JobUpdate, details map[string]any) {
 		u.Now = now
-		ev, err := transition(ctx, tx, change{job: job, update: u, actor: rescueActor, details: details})
-		if err == nil {
-			events = append(events, ev)
-		}
-		return err
+		pl.steps = append(pl.steps, step{update: u, details: details})
 	}
 	msg := reason
 	if msg == "" {
 		msg = ReasonWorkerLost
 	}
-	if err := step(store.JobUpdate{To: store.JobFailed, LastError: &msg},
-		map[string]any{"attempt": job.Attempts, "error": truncate(msg, 512), "worker_id": job.WorkerID}); err != nil {
-		return "", nil, err
-	}
-	outcome, err := e.afterFailure(job, false, now, step)
+	add(store.JobUpdate{To: store.JobFailed, LastError: &msg},
+		map[string]any{"attempt": job.Attempts, "error": truncate(msg, 512), "worker_id": job.WorkerID})
+	outcome := e.afterFailure(job, false, now, add)
+	evs, err := transitionAll(ctx, tx, []plan{pl})
 	if err != nil {
 		return "", nil, err
 	}
+	events = append(events, evs...)
 	e.log.Info("job rescued", "job_id", job.ID, "attempt", job.Attempts, "lease_token", token,
 		"outcome", outcome, "reason", msg)
 	return outcome, events, nil

@@ -62,28 +62,108 @@ type change struct {
 // compare-and-set, and returns the audit event to insert in the same transaction. The job is
 // updated in memory to match the row.
 func transition(ctx context.Context, tx store.Executor, c change) (store.AuditEvent, error) {
-	from, to := c.job.Status, c.update.To
-	if !CanTransition(from, to) {
-		return store.AuditEvent{}, fmt.Errorf("%w: job %s %s -> %s", ErrIllegalTransition, c.job.ID, from, to)
+	evs, err := transitionAll(ctx, tx, []plan{{job: c.job, actor: c.actor, steps: []step{{c.update, c.details}}}})
+	if err != nil {
+		return store.AuditEvent{}, err
 	}
-	c.update.ID = c.job.ID
-	c.update.From = from
-	if err := tx.JobUpdate(ctx, c.update); err != nil {
-		return store.AuditEvent{}, fmt.Errorf("job %s %s -> %s: %w", c.job.ID, from, to, err)
+	return evs[0], nil
+}
+
+// step is one transition of a plan: its update (To and the fields it sets) and audit details.
+type step struct {
+	update  store.JobUpdate
+	details map[string]any
+}
+
+// plan is the transitions one transaction makes to one job, in order (e.g. running → failed →
+// pending).
+type plan struct {
+	job   *store.Job // current row; updated in place on success
+	actor string
+	steps []step
+}
+
+// transitionAll validates each plan's chain of transitions against the state machine and writes
+// all of them with one batch of compare-and-sets: a plan's steps are merged into one write from
+// the job's current status to its last target (store.JobUpdateMany). A job whose row moved on
+// fails the batch. It returns the audit events to insert in the same transaction, one per
+// step, and updates the jobs in memory.
+func transitionAll(ctx context.Context, tx store.Executor, plans []plan) ([]store.AuditEvent, error) {
+	us := make([]store.JobUpdate, 0, len(plans))
+	for _, p := range plans {
+		if len(p.steps) == 0 {
+			continue
+		}
+		merged := store.JobUpdate{ID: p.job.ID, From: p.job.Status}
+		from := p.job.Status
+		for _, s := range p.steps {
+			if !CanTransition(from, s.update.To) {
+				return nil, fmt.Errorf("%w: job %s %s -> %s", ErrIllegalTransition, p.job.ID, from, s.update.To)
+			}
+			mergeUpdate(&merged, s.update)
+			from = s.update.To
+		}
+		us = append(us, merged)
 	}
-	applyUpdate(c.job, c.update)
-	recordTransition(tx, from, c.job, c.update.Now)
-	ev := store.AuditEvent{
-		TS:         c.update.Now,
-		EventType:  TransitionEvent(from, to),
-		JobID:      c.job.ID,
-		LeaseToken: c.job.LeaseToken,
-		Actor:      c.actor,
+	if len(us) == 0 {
+		return nil, nil
 	}
-	if len(c.details) > 0 {
-		ev.Details, _ = json.Marshal(c.details)
+	if err := tx.JobUpdateMany(ctx, us); err != nil {
+		if len(us) == 1 {
+			return nil, fmt.Errorf("job %s %s -> %s: %w", us[0].ID, us[0].From, us[0].To, err)
+		}
+		return nil, fmt.Errorf("move %d jobs: %w", len(us), err)
 	}
-	return ev, nil
+	var events []store.AuditEvent
+	for _, p := range plans {
+		for _, s := range p.steps {
+			from := p.job.Status
+			applyUpdate(p.job, s.update)
+			recordTransition(tx, from, p.job, s.update.Now)
+			ev := store.AuditEvent{
+				TS:         s.update.Now,
+				EventType:  TransitionEvent(from, s.update.To),
+				JobID:      p.job.ID,
+				LeaseToken: p.job.LeaseToken,
+				Actor:      p.actor,
+			}
+			if len(s.details) > 0 {
+				ev.Details, _ = json.Marshal(s.details)
+			}
+			events = append(events, ev)
+		}
+	}
+	return events, nil
+}
+
+// mergeUpdate lays a later step's update over dst: its target, time and every field it sets.
+func mergeUpdate(dst *store.JobUpdate, u store.JobUpdate) {
+	dst.To, dst.Now = u.To, u.Now
+	if u.ExpectAttempts != nil && dst.ExpectAttempts == nil {
+		dst.ExpectAttempts = u.ExpectAttempts
+	}
+	if u.ExpectWorker != nil && dst.ExpectWorker == nil {
+		dst.ExpectWorker = u.ExpectWorker
+	}
+	pick(&dst.Attempts, u.Attempts)
+	pick(&dst.MaxAttempts, u.MaxAttempts)
+	pick(&dst.AvailableAt, u.AvailableAt)
+	pick(&dst.Enqueued, u.Enqueued)
+	pick(&dst.OwnerPool, u.OwnerPool)
+	pick(&dst.WorkerID, u.WorkerID)
+	pick(&dst.LeaseToken, u.LeaseToken)
+	pick(&dst.LastError, u.LastError)
+	pick(&dst.StartedAt, u.StartedAt)
+	pick(&dst.FinishedAt, u.FinishedAt)
+	if u.Result != nil {
+		dst.Result = u.Result
+	}
+}
+
+func pick[T any](dst **T, v *T) {
+	if v != nil {
+		*dst = v
+	}
 }
 
 // applyUpdate mirrors a successful JobUpdate on the in-memory row.

@@ -72,17 +72,49 @@ func eventOf(to store.LeaseStatus) string {
 // current status, and returns the audit event to insert in the same transaction. l is updated
 // in memory to match the row.
 func Transition(ctx context.Context, tx store.Executor, l *store.Lease, to store.LeaseStatus, now time.Time, actor string, details map[string]any) (store.AuditEvent, error) {
-	from := l.Status
-	if !CanTransition(from, to) {
-		return store.AuditEvent{}, fmt.Errorf("%w: lease %s %s -> %s", ErrIllegalTransition, l.Token, from, to)
+	evs, err := TransitionMany(ctx, tx, []Change{{Lease: l, To: to, Details: details}}, now, actor)
+	if err != nil {
+		return store.AuditEvent{}, err
 	}
-	if err := tx.LeaseSetStatus(ctx, store.LeaseStatusUpdate{Token: l.Token, From: from, To: to, Now: now}); err != nil {
-		return store.AuditEvent{}, fmt.Errorf("lease %s %s -> %s: %w", l.Token, from, to, err)
+	return evs[0], nil
+}
+
+// Change is one lease's move of a batch, with the details of its audit event.
+type Change struct {
+	Lease   *store.Lease
+	To      store.LeaseStatus
+	Details map[string]any
+}
+
+// TransitionMany is Transition for distinct leases at once: every move is validated, then all
+// are applied with one batch of compare-and-sets (a lease that moved on fails the whole batch
+// with store.ErrConflict), and the audit events come back in order.
+func TransitionMany(ctx context.Context, tx store.Executor, changes []Change, now time.Time, actor string) ([]store.AuditEvent, error) {
+	if len(changes) == 0 {
+		return nil, nil
 	}
-	l.Status = to
-	ended := now
-	l.EndedAt = &ended
-	return auditEvent(*l, eventOf(to), now, actor, details), nil
+	us := make([]store.LeaseStatusUpdate, len(changes))
+	for i, c := range changes {
+		from := c.Lease.Status
+		if !CanTransition(from, c.To) {
+			return nil, fmt.Errorf("%w: lease %s %s -> %s", ErrIllegalTransition, c.Lease.Token, from, c.To)
+		}
+		us[i] = store.LeaseStatusUpdate{Token: c.Lease.Token, From: from, To: c.To, Now: now}
+	}
+	if err := tx.LeaseSetStatusMany(ctx, us); err != nil {
+		if len(us) == 1 {
+			return nil, fmt.Errorf("lease %s %s -> %s: %w", us[0].Token, us[0].From, us[0].To, err)
+		}
+		return nil, fmt.Errorf("move %d leases: %w", len(us), err)
+	}
+	events := make([]store.AuditEvent, len(changes))
+	for i, c := range changes {
+		c.Lease.Status = c.To
+		ended := now
+		c.Lease.EndedAt = &ended
+		events[i] = auditEvent(*c.Lease, eventOf(c.To), now, actor, c.Details)
+	}
+	return events, nil
 }
 
 // GrantedEvent is the audit event of a new lease.
