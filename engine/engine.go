@@ -38,6 +38,7 @@ type Engine struct {
 	log     *slog.Logger
 	leases  *leases.Manager
 	fence   Fence
+	group   submitGroup
 }
 
 // Options are optional dependencies of New.

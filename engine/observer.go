@@ -70,6 +70,17 @@ func (t *observedTx) JobInsert(ctx context.Context, p store.JobInsertParams) (st
 	return j, inserted, err
 }
 
+// JobInsertMany records the submits of a batch insert (all of its jobs are new).
+func (t *observedTx) JobInsertMany(ctx context.Context, ps []store.JobInsertParams) ([]store.Job, error) {
+	jobs, err := t.Tx.JobInsertMany(ctx, ps)
+	if err == nil {
+		for i, j := range jobs {
+			t.changes = append(t.changes, JobChange{JobID: j.ID, Type: j.Type, To: store.JobPending, At: ps[i].Now})
+		}
+	}
+	return jobs, err
+}
+
 // recordTransition notes a transition of j from → j.Status when tx records them.
 func recordTransition(tx store.Executor, from store.JobStatus, j *store.Job, at time.Time) {
 	otx, ok := tx.(*observedTx)

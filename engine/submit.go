@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -40,56 +41,140 @@ var AgentPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 // job_id that exists already returns the existing job with created=false and writes nothing; an
 // existing job_id of another agent is a conflict. A failed publish is not an error: the job is
 // committed and the dispatcher publishes it.
+//
+// Concurrent submits are committed together (group commit, see submitGroup): Submit returns
+// once the transaction holding its job has committed, never before.
 func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, error) {
 	jt, err := e.validateSubmit(&p)
 	if err != nil {
 		return store.Job{}, false, err
 	}
-	now := e.nowUTC()
+	r := newSubmitReq(ctx, p, jt)
+	e.group.enqueue(e, r)
+	<-r.done
+	return r.out.Job, r.out.Created, r.out.Err
+}
+
+// SubmitOutcome is the answer to one job of SubmitMany.
+type SubmitOutcome struct {
+	Job     store.Job
+	Created bool
+	Err     error // a *ValidationError, store.ErrConflict (another agent's id), or a database error
+}
+
+// SubmitMany submits jobs as Submit does, each validated on its own: an invalid job is refused
+// in its outcome and the others go ahead. The valid jobs are committed together (in as few
+// transactions as the group commit makes of them) and published with one pipeline; the
+// outcomes are in the order of ps.
+func (e *Engine) SubmitMany(ctx context.Context, ps []SubmitParams) []SubmitOutcome {
+	out := make([]SubmitOutcome, len(ps))
+	reqs := make([]*submitReq, 0, len(ps))
+	at := make([]int, 0, len(ps))
+	for i := range ps {
+		jt, err := e.validateSubmit(&ps[i])
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		reqs = append(reqs, newSubmitReq(ctx, ps[i], jt))
+		at = append(at, i)
+	}
+	e.group.enqueue(e, reqs...)
+	for k, r := range reqs {
+		<-r.done
+		out[at[k]] = r.out
+	}
+	return out
+}
+
+// submitOne is the submit of one job in its own transaction: it tells a new job from an
+// existing one (JobInsert), which a batch insert cannot.
+func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
+	p, now := r.p, e.nowUTC()
 	var (
 		job     store.Job
 		created bool
 	)
-	err = e.store.WithTx(ctx, func(tx store.Tx) error {
+	err := e.store.WithTx(ctx, func(tx store.Tx) error {
 		var err error
-		job, created, err = tx.JobInsert(ctx, store.JobInsertParams{
-			ID:          p.JobID,
-			Type:        p.Type,
-			Agent:       p.Agent,
-			Payload:     p.Payload,
-			MaxAttempts: p.MaxAttempts,
-			AvailableAt: now,
-			GPUMemoryMB: jt.GPUMemoryMB,
-			Timeout:     p.Timeout,
-			Now:         now,
-		})
+		job, created, err = tx.JobInsert(ctx, r.insertParams(now))
 		if err != nil || !created {
 			return err
 		}
-		details, _ := json.Marshal(map[string]any{"type": p.Type, "agent": p.Agent, "max_attempts": p.MaxAttempts})
-		return tx.AuditInsert(ctx, []store.AuditEvent{{
-			TS: now, EventType: EventSubmitted, JobID: job.ID, Actor: p.Actor, Details: details,
-		}})
+		return tx.AuditInsert(ctx, []store.AuditEvent{r.submittedEvent(job, now)})
 	})
 	if err != nil {
-		return store.Job{}, false, fmt.Errorf("submit job: %w", err)
+		return SubmitOutcome{Err: fmt.Errorf("submit job: %w", err)}
 	}
 	if !created {
 		if job.Agent != p.Agent {
-			return store.Job{}, false, fmt.Errorf("submit job %s: the id belongs to another agent: %w", p.JobID, store.ErrConflict)
+			return SubmitOutcome{Err: fmt.Errorf("submit job %s: the id belongs to another agent: %w", p.JobID, store.ErrConflict)}
 		}
-		return job, false, nil
+		return SubmitOutcome{Job: job}
 	}
-	// The job is durable; from here on nothing may fail the submit. The publish must not be cut
-	// short by a client that hangs up after the commit.
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	jobs := []store.Job{job}
+	e.publishSubmitted(jobs, []*submitReq{r})
+	return SubmitOutcome{Job: jobs[0], Created: true}
+}
+
+// submitMany commits new jobs with one multi-row insert and their audit rows in one
+// transaction. When any of the ids exists already the transaction rolls back and every job goes
+// through submitOne instead, which tells new ids from taken ones.
+func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
+	now := e.nowUTC()
+	var jobs []store.Job
+	err := e.store.WithTx(ctx, func(tx store.Tx) error {
+		ps := make([]store.JobInsertParams, len(reqs))
+		for i, r := range reqs {
+			ps[i] = r.insertParams(now)
+		}
+		var err error
+		if jobs, err = tx.JobInsertMany(ctx, ps); err != nil {
+			return err
+		}
+		events := make([]store.AuditEvent, len(reqs))
+		for i, r := range reqs {
+			events[i] = r.submittedEvent(jobs[i], now)
+		}
+		return tx.AuditInsert(ctx, events)
+	})
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		for _, r := range reqs {
+			r.finish(e.submitOne(ctx, r))
+		}
+		return
+	case err != nil:
+		for _, r := range reqs {
+			r.finish(SubmitOutcome{Err: fmt.Errorf("submit job: %w", err)})
+		}
+		return
+	}
+	e.publishSubmitted(jobs, reqs)
+	for i, r := range reqs {
+		r.finish(SubmitOutcome{Job: jobs[i], Created: true})
+	}
+}
+
+// publishSubmitted publishes committed new jobs, each entry carrying its submitter's trace, and
+// sets Enqueued on those it marked. The jobs are durable: a failed publish is only logged (the
+// dispatcher publishes them), and the submitters' contexts (which may end once the commit is
+// answered) do not cut it short.
+func (e *Engine) publishSubmitted(jobs []store.Job, reqs []*submitReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
-	if _, err := e.publish(pctx, []store.Job{job}); err != nil {
-		e.log.Warn("publish after submit failed; the dispatcher will publish", "job_id", job.ID, "error", err)
-	} else {
-		job.Enqueued = true
+	traces := make([]string, len(reqs))
+	for i, r := range reqs {
+		traces[i] = tracing.TraceParent(r.ctx)
 	}
-	return job, true, nil
+	if _, err := e.publishWith(ctx, jobs, nil, true, traces); err != nil {
+		e.log.Warn("publish after submit failed; the dispatcher will publish", "jobs", len(jobs),
+			"first_job_id", jobs[0].ID, "error", err)
+		return
+	}
+	for i := range jobs {
+		jobs[i].Enqueued = true
+	}
 }
 
 // publish XADDs one entry per job and marks the jobs enqueued for their current attempt count.
@@ -102,30 +187,35 @@ func (e *Engine) publish(ctx context.Context, jobs []store.Job) (int, error) {
 // fencing). The XADD itself cannot be fenced; a stale leader's extra entry is a harmless
 // duplicate, but its mark must not land.
 func (e *Engine) publishFenced(ctx context.Context, jobs []store.Job, fence Fence) (int, error) {
-	return e.publishWith(ctx, jobs, fence, true)
+	return e.publishWith(ctx, jobs, fence, true, nil)
 }
 
 // publishUnmarked XADDs entries for jobs without touching their outbox flag: for jobs that are
 // claimed or running, whose row may move on (fail, go back to pending with backoff) before a
 // mark could land, and a mark would then hide that retry from the dispatcher.
 func (e *Engine) publishUnmarked(ctx context.Context, jobs []store.Job) (int, error) {
-	return e.publishWith(ctx, jobs, nil, false)
+	return e.publishWith(ctx, jobs, nil, false, nil)
 }
 
-// publishWith publishes jobs and, when mark is set, marks them enqueued behind fence.
-func (e *Engine) publishWith(ctx context.Context, jobs []store.Job, fence Fence, markThem bool) (_ int, err error) {
+// publishWith publishes jobs and, when mark is set, marks them enqueued behind fence. Each entry
+// carries traces[i] as its trace parent (nil traces, or an empty one: ctx's).
+func (e *Engine) publishWith(ctx context.Context, jobs []store.Job, fence Fence, markThem bool, traces []string) (_ int, err error) {
 	ctx, span := tracing.Start(ctx, "engine.publish", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.Int("jobs", len(jobs))))
 	defer func() { tracing.End(span, err) }()
 	traceParent := tracing.TraceParent(ctx) // the entries carry the trace to the workers
 	msgs := make([]streams.Message, 0, len(jobs))
-	for _, j := range jobs {
+	for i, j := range jobs {
 		jt := e.cfg.JobType(j.Type)
 		if jt == nil {
 			e.log.Error("job of an unconfigured type cannot be published", "job_id", j.ID, "type", j.Type)
 			continue
 		}
-		msgs = append(msgs, streams.Message{Stream: jt.Stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts, TraceParent: traceParent})
+		tp := traceParent
+		if i < len(traces) && traces[i] != "" {
+			tp = traces[i]
+		}
+		msgs = append(msgs, streams.Message{Stream: jt.Stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts, TraceParent: tp})
 	}
 	ids, err := e.streams.Publish(ctx, msgs)
 	if err != nil || !markThem {

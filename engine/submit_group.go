@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Group commit of submits.
+const (
+	// submitCommitters is how many submit transactions run at once. While they are all busy,
+	// new submits queue, and the next committer to come free takes the whole queue (up to
+	// submitBatchMax) into one transaction: under load the batches grow on their own, and a
+	// lone submit still commits at once.
+	submitCommitters = 4
+	// submitBatchMax bounds the jobs of one submit transaction.
+	submitBatchMax = 500
+	// submitCommitTimeout bounds one submit transaction. It does not follow the submitters'
+	// contexts: a batch holds many of them, and a job must not be half-submitted because one
+	// client hung up.
+	submitCommitTimeout = 30 * time.Second
+)
+
+// submitReq is one validated job waiting for its commit.
+type submitReq struct {
+	ctx  context.Context // the submitter's: its trace, and whether it still waits
+	p    SubmitParams
+	jt   *config.JobType
+	out  SubmitOutcome
+	done chan struct{}
+}
+
+func newSubmitReq(ctx context.Context, p SubmitParams, jt *config.JobType) *submitReq {
+	return &submitReq{ctx: ctx, p: p, jt: jt, done: make(chan struct{})}
+}
+
+func (r *submitReq) finish(out SubmitOutcome) {
+	r.out = out
+	close(r.done)
+}
+
+func (r *submitReq) insertParams(now time.Time) store.JobInsertParams {
+	return store.JobInsertParams{
+		ID:          r.p.JobID,
+		Type:        r.p.Type,
+		Agent:       r.p.Agent,
+		Payload:     r.p.Payload,
+		MaxAttempts: r.p.MaxAttempts,
+		AvailableAt: now,
+		GPUMemoryMB: r.jt.GPUMemoryMB,
+		Timeout:     r.p.Timeout,
+		Now:         now,
+	}
+}
+
+func (r *submitReq) submittedEvent(job store.Job, now time.Time) store.AuditEvent {
+	details, _ := json.Marshal(map[string]any{"type": r.p.Type, "agent": r.p.Agent, "max_attempts": r.p.MaxAttempts})
+	return store.AuditEvent{TS: now, EventType: EventSubmitted, JobID: job.ID, Actor: r.p.Actor, Details: details}
+}
+
+// submitGroup queues submits for the committers. It has no goroutine of its own: a submit that
+// finds fewer than submitCommitters at work starts one, and a committer ends when the queue is
+// empty.
+type submitGroup struct {
+	mu      sync.Mutex
+	queue   []*submitReq
+	running int
+}
+
+// enqueue queues reqs and starts a committer when one is free.
+func (g *submitGroup) enqueue(e *Engine, reqs ...*submitReq) {
+	if len(reqs) == 0 {
+		return
+	}
+	g.mu.Lock()
+	g.queue = append(g.queue, reqs...)
+	start := g.running < submitCommitters
+	if start {
+		g.running++
+	}
+	g.mu.Unlock()
+	if start {
+		go g.commit(e)
+	}
+}
+
+// take removes the next batch from the queue; nil (and one committer less) when it is empty.
+func (g *submitGroup) take() []*submitReq {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := min(len(g.queue), submitBatchMax)
+	if n == 0 {
+		g.running--
+		g.queue = nil // let the backing array go
+		return nil
+	}
+	batch := make([]*submitReq, n)
+	copy(batch, g.queue)
+	g.queue = g.queue[n:]
+	return batch
+}
+
+// commit runs batches until the queue is empty.
+func (g *submitGroup) commit(e *Engine) {
+	for batch := g.take(); batch != nil; batch = g.take() {
+		e.commitBatch(batch)
+	}
+}
+
+// commitBatch commits one batch: submitters that are gone are answered, not written; an id
+// that appears twice goes alone after the others (and finds the first); one job takes the
+// single-job path.
+func (e *Engine) commitBatch(batch []*submitReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), submitCommitTimeout)
+	defer cancel()
+	var (
+		first = make([]*submitReq, 0, len(batch))
+		again []*submitReq
+		seen  = make(map[string]bool, len(batch))
+	)
+	for _, r := range batch {
+		switch {
+		case r.ctx.Err() != nil:
+			r.finish(SubmitOutcome{Err: fmt.Errorf("submit job: %w", r.ctx.Err())})
+		case seen[r.p.JobID]:
+			again = append(again, r)
+		default:
+			seen[r.p.JobID] = true
+			first = append(first, r)
+		}
+	}
+	switch len(first) {
+	case 0:
+	case 1:
+		first[0].finish(e.submitOne(ctx, first[0]))
+	default:
+		e.submitMany(ctx, first)
+	}
+	for _, r := range again {
+		r.finish(e.submitOne(ctx, r))
+	}
+}
