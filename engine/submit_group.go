@@ -17,7 +17,7 @@ const (
 	// new submits queue, and the next committer to come free takes the whole queue (up to
 	// submitBatchMax) into one transaction: under load the batches grow on their own, and a
 	// lone submit still commits at once.
-	submitCommitters = 4
+	submitCommitters = 2
 	// submitBatchMax bounds the jobs of one submit transaction.
 	submitBatchMax = 500
 	// submitCommitTimeout bounds one submit transaction. It does not follow the submitters'

@@ -11,16 +11,21 @@ import (
 
 // flushStarts reports one batch of starts. A start report is advisory (the result says it all),
 // so a permanent refusal or the flush deadline gives it up; either way the jobs' results are
-// released for reporting.
+// released for reporting. The starts of jobs that already ended are left to their results.
 func (w *Worker) flushStarts(ctx context.Context, runs []*run) {
 	defer func() {
 		for _, r := range runs {
 			close(r.started)
 		}
 	}()
-	ids := make([]string, len(runs))
-	for i, r := range runs {
-		ids[i] = r.job.ID
+	ids := make([]string, 0, len(runs))
+	for _, r := range runs {
+		if r.startState.CompareAndSwap(startQueued, startSending) {
+			ids = append(ids, r.job.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return // every job of the batch ended first: their results carry the starts
 	}
 	var resp client.StartResponse
 	err := w.retry(ctx, "report job starts", isPermanentAPIError, func(ctx context.Context) error {

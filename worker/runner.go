@@ -26,13 +26,23 @@ type run struct {
 	// started is closed once the job's start was reported (or given up on): the result waits
 	// for it so the API never sees a result before the start.
 	started chan struct{}
-	result  client.JobResult
-	began   time.Time
+	// startState says where the start report is: startQueued until a flush takes it
+	// (startSending) or the result, ready first, takes it along (startFolded).
+	startState atomic.Int32
+	result     client.JobResult
+	began      time.Time
 	// leaseTTL is the TTL of the job's lease (0: unknown); the renewer renews every third of it.
 	leaseTTL time.Duration
 	// leaseGone is set once a renewal said the lease is gone: it is not renewed any more.
 	leaseGone atomic.Bool
 }
+
+// Where a run's start report is.
+const (
+	startQueued  = iota // in the start batcher, not yet sent
+	startSending        // taken by a flush: the result waits for it
+	startFolded         // the result was ready first: the completion records the start
+)
 
 // startJob starts the handler of a claimed job in its own goroutine and queues its start report.
 func (w *Worker) startJob(t *config.JobType, cj client.ClaimedJob, ds []streams.Delivery) {
@@ -106,7 +116,12 @@ func (w *Worker) execute(ctx context.Context, r *run) {
 		log.InfoContext(ctx, "job failed", "took_seconds", took.Seconds(), "error", r.result.Error, "non_retryable", r.result.NonRetryable)
 	}
 	w.endRun(ctx, span, r, took)
-	<-r.started
+	// A handler that ended before its start report went out needs no start report: the API
+	// records the start along with the result (claimed -> running -> done in one write), which
+	// saves a round trip and a transaction per short job.
+	if !r.startState.CompareAndSwap(startQueued, startFolded) {
+		<-r.started
+	}
 	w.results.Add(r)
 }
 

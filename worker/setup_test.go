@@ -45,8 +45,12 @@ type fakeAPI struct {
 	// failErr[method] or else a 503.
 	failNext map[string]int
 	failErr  map[string]error
-	// resultBeforeStart counts results that arrived before their job's start.
-	resultBeforeStart int
+	// startAfterResult counts start reports that arrived after their job's result (a short
+	// job's result may carry its start instead, but a start must never trail its result).
+	startAfterResult int
+	// unstartedResults counts results whose job's start was never reported: the result
+	// carried it.
+	unstartedResults int
 	// renewals are the renew calls received; gone are the lease tokens renewals report gone;
 	// reserved is what renewals answer as reserved per GPU.
 	renewals []client.RenewRequest
@@ -127,6 +131,9 @@ func (f *fakeAPI) Start(_ context.Context, req client.StartRequest) (client.Star
 		return client.StartResponse{}, err
 	}
 	for _, id := range req.JobIDs {
+		if _, done := f.results[id]; done {
+			f.startAfterResult++
+		}
 		f.started[id] = true
 	}
 	return client.StartResponse{Cancel: f.cancelList(req.JobIDs)}, nil
@@ -156,7 +163,7 @@ func (f *fakeAPI) Complete(_ context.Context, req client.CompleteRequest) (clien
 			continue
 		}
 		if !f.started[r.JobID] {
-			f.resultBeforeStart++
+			f.unstartedResults++
 		}
 		outcome := client.OutcomeDone
 		switch {
