@@ -110,6 +110,7 @@ func resultsFromWire(rs []client.JobResult) []engine.Result {
 			Output:       rawOrNil(r.Result),
 			Error:        r.Error,
 			NonRetryable: r.NonRetryable,
+			Elapsed:      time.Duration(r.ElapsedUS) * time.Microsecond,
 		})
 	}
 	return out

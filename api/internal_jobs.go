@@ -149,10 +149,15 @@ func validateComplete(req client.CompleteRequest) error {
 			return badRequest(field+".status", "must be %q or %q", client.ResultDone, client.ResultFailed)
 		case r.Attempt < 0:
 			return badRequest(field+".attempt", "must not be negative")
+		case r.ElapsedUS < 0 || r.ElapsedUS > maxElapsed.Microseconds():
+			return badRequest(field+".elapsed_us", "must be between 0 and %d", maxElapsed.Microseconds())
 		}
 	}
 	return validateIDs("in_flight", req.InFlight)
 }
+
+// maxElapsed bounds a result's elapsed_us: no attempt runs longer than the longest timeout.
+const maxElapsed = engine.MaxTimeout + time.Hour
 
 func validateWorker(id string) error {
 	if id == "" {

@@ -189,6 +189,10 @@ type JobResult struct {
 	// TraceParent is the W3C trace context of the worker's run span, so the orchestrator's
 	// completion span joins the job's trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// ElapsedUS is the time from the handler's start to this report, in microseconds of the
+	// worker's monotonic clock. A job that ends before its start report goes out has its start
+	// recorded by the result, dated receipt − elapsed (no clock of the worker's is trusted).
+	ElapsedUS int64 `json:"elapsed_us,omitempty"`
 }
 
 // CompleteRequest is the body of POST /internal/jobs/complete.

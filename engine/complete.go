@@ -148,8 +148,17 @@ func (e *Engine) finish(job *store.Job, actor string, r Result, now time.Time) (
 	}
 	if r.Done {
 		if job.Status == store.JobClaimed {
-			// The start report may still be on its way: record the start now.
-			add(store.JobUpdate{To: store.JobRunning, StartedAt: &now}, nil)
+			// The result carries the start (the job ended before its start report went out,
+			// or that report is still on its way): date it by the worker's elapsed time, no
+			// earlier than the claim.
+			started := now
+			if r.Elapsed > 0 {
+				started = now.Add(-r.Elapsed).Truncate(time.Microsecond)
+				if started.Before(job.UpdatedAt) {
+					started = job.UpdatedAt
+				}
+			}
+			add(store.JobUpdate{To: store.JobRunning, StartedAt: &started}, nil)
 		}
 		output := r.Output
 		if len(output) == 0 || !json.Valid(output) {

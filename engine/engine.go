@@ -39,6 +39,7 @@ type Engine struct {
 	leases  *leases.Manager
 	fence   Fence
 	group   submitGroup
+	marks   markGroup
 }
 
 // Options are optional dependencies of New.

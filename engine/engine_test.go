@@ -114,6 +114,7 @@ func TestSubmit(t *testing.T) {
 		b := setup(t)
 		job := b.submit(t, "noop")
 		require.True(t, job.Enqueued)
+		b.eng.FlushMarks(ctx) // the mark is written after the answer
 		got, err := b.eng.Get(ctx, job.ID)
 		require.NoError(t, err)
 		require.Equal(t, store.JobPending, got.Status)
@@ -274,12 +275,32 @@ func TestComplete(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		job := b.submit(t, "noop")
+		claimedAt := b.clock.Now()
 		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
-		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true}}})
+		b.clock.Add(2 * time.Second)
+		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
+			{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true, Elapsed: 500 * time.Millisecond}}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeDone, res.Outcomes[0].Outcome)
 		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted", "lease.released",
 			"job.claimed->running", "job.running->done"}, b.auditTypes(t, job.ID))
+		got, err := b.eng.Get(ctx, job.ID)
+		require.NoError(t, err)
+		require.WithinDuration(t, claimedAt.Add(1500*time.Millisecond), *got.StartedAt, time.Millisecond,
+			"the start is dated by the worker's elapsed time")
+		require.WithinDuration(t, claimedAt.Add(2*time.Second), *got.FinishedAt, time.Millisecond)
+
+		// An elapsed time longer than the attempt is clamped to the claim.
+		job = b.submit(t, "noop")
+		claimedAt = b.clock.Now()
+		tok = b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
+		b.clock.Add(time.Second)
+		_, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
+			{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true, Elapsed: time.Hour}}})
+		require.NoError(t, err)
+		got, err = b.eng.Get(ctx, job.ID)
+		require.NoError(t, err)
+		require.WithinDuration(t, claimedAt, *got.StartedAt, time.Millisecond)
 	})
 
 	t.Run("StaleFromOtherWorkerOrAttempt", func(t *testing.T) {

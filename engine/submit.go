@@ -156,10 +156,11 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 	}
 }
 
-// publishSubmitted publishes committed new jobs, each entry carrying its submitter's trace, and
-// sets Enqueued on those it marked. The jobs are durable: a failed publish is only logged (the
-// dispatcher publishes them), and the submitters' contexts (which may end once the commit is
-// answered) do not cut it short.
+// publishSubmitted publishes committed new jobs, each entry carrying its submitter's trace, sets
+// Enqueued on them, and leaves their enqueued marks to the mark group (markGroup), which writes
+// the marks of many batches with one UPDATE. The jobs are durable: a failed publish is only
+// logged (the dispatcher publishes them), and the submitters' contexts (which may end once the
+// commit is answered) do not cut it short.
 func (e *Engine) publishSubmitted(jobs []store.Job, reqs []*submitReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
@@ -167,7 +168,8 @@ func (e *Engine) publishSubmitted(jobs []store.Job, reqs []*submitReq) {
 	for i, r := range reqs {
 		traces[i] = tracing.TraceParent(r.ctx)
 	}
-	if _, err := e.publishWith(ctx, jobs, nil, true, traces); err != nil {
+	marks, err := e.xadd(ctx, jobs, traces)
+	if err != nil {
 		e.log.Warn("publish after submit failed; the dispatcher will publish", "jobs", len(jobs),
 			"first_job_id", jobs[0].ID, "error", err)
 		return
@@ -175,6 +177,7 @@ func (e *Engine) publishSubmitted(jobs []store.Job, reqs []*submitReq) {
 	for i := range jobs {
 		jobs[i].Enqueued = true
 	}
+	e.marks.add(e, marks)
 }
 
 // publish XADDs one entry per job and marks the jobs enqueued for their current attempt count.
@@ -187,19 +190,40 @@ func (e *Engine) publish(ctx context.Context, jobs []store.Job) (int, error) {
 // fencing). The XADD itself cannot be fenced; a stale leader's extra entry is a harmless
 // duplicate, but its mark must not land.
 func (e *Engine) publishFenced(ctx context.Context, jobs []store.Job, fence Fence) (int, error) {
-	return e.publishWith(ctx, jobs, fence, true, nil)
+	return e.publishWith(ctx, jobs, fence, true)
 }
 
 // publishUnmarked XADDs entries for jobs without touching their outbox flag: for jobs that are
 // claimed or running, whose row may move on (fail, go back to pending with backoff) before a
 // mark could land, and a mark would then hide that retry from the dispatcher.
 func (e *Engine) publishUnmarked(ctx context.Context, jobs []store.Job) (int, error) {
-	return e.publishWith(ctx, jobs, nil, false, nil)
+	return e.publishWith(ctx, jobs, nil, false)
 }
 
-// publishWith publishes jobs and, when mark is set, marks them enqueued behind fence. Each entry
-// carries traces[i] as its trace parent (nil traces, or an empty one: ctx's).
-func (e *Engine) publishWith(ctx context.Context, jobs []store.Job, fence Fence, markThem bool, traces []string) (_ int, err error) {
+// publishWith publishes jobs and, when mark is set, marks them enqueued behind fence.
+func (e *Engine) publishWith(ctx context.Context, jobs []store.Job, fence Fence, markThem bool) (int, error) {
+	marks, err := e.xadd(ctx, jobs, nil)
+	if err != nil || !markThem {
+		return len(marks), err
+	}
+	mark := func(x store.Executor) error {
+		_, err := x.JobMarkEnqueued(ctx, marks)
+		return err
+	}
+	if fence != nil {
+		err = e.fenced(ctx, fence, func(tx store.Tx) error { return mark(tx) })
+	} else {
+		err = mark(e.store)
+	}
+	if err != nil {
+		return len(marks), fmt.Errorf("mark %d jobs enqueued: %w", len(marks), err)
+	}
+	return len(marks), nil
+}
+
+// xadd XADDs one entry per job (one pipeline) and returns the enqueued marks of the published
+// jobs. Each entry carries traces[i] as its trace parent (nil traces, or an empty one: ctx's).
+func (e *Engine) xadd(ctx context.Context, jobs []store.Job, traces []string) (_ []store.JobEnqueued, err error) {
 	ctx, span := tracing.Start(ctx, "engine.publish", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.Int("jobs", len(jobs))))
 	defer func() { tracing.End(span, err) }()
@@ -218,26 +242,14 @@ func (e *Engine) publishWith(ctx context.Context, jobs []store.Job, fence Fence,
 		msgs = append(msgs, streams.Message{Stream: jt.Stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts, TraceParent: tp})
 	}
 	ids, err := e.streams.Publish(ctx, msgs)
-	if err != nil || !markThem {
-		return len(ids), err
+	if err != nil {
+		return nil, err
 	}
 	marks := make([]store.JobEnqueued, len(msgs))
 	for i, m := range msgs {
 		marks[i] = store.JobEnqueued{ID: m.JobID, Attempts: m.Attempt, StreamID: ids[i]}
 	}
-	mark := func(x store.Executor) error {
-		_, err := x.JobMarkEnqueued(ctx, marks)
-		return err
-	}
-	if fence != nil {
-		err = e.fenced(ctx, fence, func(tx store.Tx) error { return mark(tx) })
-	} else {
-		err = mark(e.store)
-	}
-	if err != nil {
-		return len(msgs), fmt.Errorf("mark %d jobs enqueued: %w", len(marks), err)
-	}
-	return len(msgs), nil
+	return marks, nil
 }
 
 // validateSubmit checks p, fills defaults from the job type and returns the type.

@@ -145,3 +145,68 @@ func (e *Engine) commitBatch(batch []*submitReq) {
 		r.finish(e.submitOne(ctx, r))
 	}
 }
+
+// markGroup writes the enqueued marks of published submits. A mark only spares the dispatcher
+// from publishing the job again (a duplicate entry is harmless: claiming is a compare-and-set),
+// so a submit does not wait for it: marks queue here and one writer at a time turns everything
+// queued into one UPDATE. Like submitGroup it has no goroutine of its own.
+type markGroup struct {
+	mu      sync.Mutex
+	queue   []store.JobEnqueued
+	running bool
+}
+
+// markBatchMax bounds the marks of one write.
+const markBatchMax = 2000
+
+func (m *markGroup) add(e *Engine, marks []store.JobEnqueued) {
+	m.mu.Lock()
+	m.queue = append(m.queue, marks...)
+	start := !m.running
+	m.running = true
+	m.mu.Unlock()
+	if start {
+		go m.write(e)
+	}
+}
+
+func (m *markGroup) take() []store.JobEnqueued {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := min(len(m.queue), markBatchMax)
+	if n == 0 {
+		m.running = false
+		m.queue = nil
+		return nil
+	}
+	out := make([]store.JobEnqueued, n)
+	copy(out, m.queue)
+	m.queue = m.queue[n:]
+	return out
+}
+
+func (m *markGroup) write(e *Engine) {
+	for marks := m.take(); marks != nil; marks = m.take() {
+		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+		if _, err := e.store.JobMarkEnqueued(ctx, marks); err != nil {
+			e.log.Warn("marking published jobs enqueued failed; the dispatcher will publish them again",
+				"jobs", len(marks), "error", err)
+		}
+		cancel()
+	}
+}
+
+// FlushMarks waits until the enqueued marks of published submits are written, or ctx ends. The
+// marks are bookkeeping (the jobs are committed and published before Submit returns); a clean
+// shutdown writes them so that the dispatcher does not publish the jobs a second time.
+func (e *Engine) FlushMarks(ctx context.Context) {
+	for {
+		e.marks.mu.Lock()
+		idle := !e.marks.running
+		e.marks.mu.Unlock()
+		if idle || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(time.Millisecond) // polling pace: a write takes a round trip or two
+	}
+}

@@ -49,6 +49,7 @@ func TestSubmitGroupCommit(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	b.eng.FlushMarks(ctx) // the marks are written after the answers
 	require.Len(t, created, n-1)
 	for id, c := range created {
 		require.Equal(t, 1, c, "job %s answered created more than once", id)
@@ -95,6 +96,7 @@ func TestSubmitMany(t *testing.T) {
 	require.NoError(t, out[4].Err)
 	require.True(t, out[4].Created)
 
+	b.eng.FlushMarks(ctx)
 	for _, id := range []string{fresh1, fresh2} {
 		got, err := b.eng.Get(ctx, id)
 		require.NoError(t, err)

@@ -76,6 +76,9 @@ type Result struct {
 	Output       json.RawMessage
 	Error        string
 	NonRetryable bool
+	// Elapsed is the time from the handler's start to the report, as the worker measured it
+	// (0: unknown). It dates the start of a job whose start was not reported separately.
+	Elapsed time.Duration
 }
 
 // CompleteParams is one completion report of a worker.

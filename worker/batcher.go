@@ -8,7 +8,8 @@ import (
 
 // batcher groups items reported one by one into calls of up to size items: a batch goes out
 // when it is full or delay after its first item arrived. One flush runs at a time, and items
-// added during a flush form the next batch, so under load batches fill up on their own.
+// added during a flush form the next batch, which goes as soon as that flush returns, so under
+// load batches fill up on their own without waiting for the delay again.
 type batcher[T any] struct {
 	size  int
 	delay time.Duration
@@ -74,9 +75,14 @@ func (b *batcher[T]) take() []T {
 // leftovers go to flush with the ended ctx).
 func (b *batcher[T]) run(ctx context.Context) {
 	defer close(b.done)
+	// busy: the last flush found items queued behind it. They waited for that flush already,
+	// so they go at once: under load the batches are what piles up during one flush, and the
+	// delay is paid only by the first item after a quiet spell.
+	busy := false
 	for {
 		n, closed := b.state()
 		if n == 0 {
+			busy = false
 			if closed {
 				return
 			}
@@ -88,11 +94,12 @@ func (b *batcher[T]) run(ctx context.Context) {
 			}
 			continue
 		}
-		if n < b.size && !closed && !b.wait(ctx) {
+		if n < b.size && !closed && !busy && !b.wait(ctx) {
 			b.drain(ctx)
 			return
 		}
 		b.flush(ctx, b.take())
+		busy = true
 	}
 }
 

@@ -35,6 +35,35 @@ func TestBatcher(t *testing.T) {
 		require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6}, all)
 	})
 
+	t.Run("ItemsQueuedDuringAFlushGoRightAfterIt", func(t *testing.T) {
+		t.Parallel()
+		inFlush, release := make(chan struct{}), make(chan struct{})
+		got := make(chan []int, 2)
+		flushes := 0 // only the run loop touches it
+		b := newBatcher(2, time.Hour, func(_ context.Context, items []int) {
+			if flushes++; flushes == 1 {
+				close(inFlush)
+				<-release
+			}
+			got <- items
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go b.run(ctx)
+		b.Add(1)
+		b.Add(2) // full: goes at once
+		<-inFlush
+		b.Add(3) // queued behind the flush, and not full
+		close(release)
+		require.Equal(t, []int{1, 2}, <-got)
+		select {
+		case batch := <-got:
+			require.Equal(t, []int{3}, batch, "the item that waited for a flush must not wait for the delay too")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the queued item waited for the hour-long delay")
+		}
+	})
+
 	t.Run("FlushesAfterDelay", func(t *testing.T) {
 		t.Parallel()
 		got := make(chan []int, 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/streams"
@@ -55,6 +56,7 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 				InFlight: w.runningIDs()}
 			for i, r := range runs {
 				req.Results[i] = r.result
+				req.Results[i].ElapsedUS = time.Since(r.began).Microseconds()
 			}
 			var err error
 			resp, err = w.cfg.API.Complete(ctx, req)
