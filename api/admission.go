@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"math"
 	"net/http"
@@ -45,26 +46,39 @@ func (a admittedJob) finish(pending bool) {
 // routed to its type's CPU fallback has p.Type changed; a refusal is the error to answer with
 // (429, or 503 while the limiter fails closed), Retry-After already set.
 func (s *Server) admitJob(c *gin.Context, p *engine.SubmitParams) (admittedJob, error) {
+	adm, refused, err := s.decideJob(c.Request.Context(), p)
+	switch {
+	case err != nil:
+		return admittedJob{}, err
+	case refused != nil:
+		return admittedJob{}, rejection(c, *refused)
+	}
+	return adm, nil
+}
+
+// decideJob is admitJob without the answer: a refusal comes back as its decision (refused),
+// which the caller answers; a batch answers one per job, not with the request's status.
+func (s *Server) decideJob(ctx context.Context, p *engine.SubmitParams) (adm admittedJob, refused *admission.Decision, err error) {
 	if s.admission == nil {
-		return admittedJob{s: s}, nil
+		return admittedJob{s: s}, nil, nil
 	}
 	// The queue gate follows admitted submits by job id until they are written.
 	generated := p.JobID == ""
 	if generated {
 		p.JobID = engine.NewJobID()
 	}
-	d, err := s.admission.AdmitJob(c.Request.Context(), admission.JobRequest{Agent: p.Agent, Type: p.Type,
+	d, err := s.admission.AdmitJob(ctx, admission.JobRequest{Agent: p.Agent, Type: p.Type,
 		JobID: p.JobID, IDGenerated: generated})
 	if err != nil {
-		return admittedJob{}, err
+		return admittedJob{}, nil, err
 	}
 	if !d.Admitted {
-		return admittedJob{}, rejection(c, d)
+		return admittedJob{}, &d, nil
 	}
 	if d.Routed() {
 		p.Type = d.Type
 	}
-	return admittedJob{s: s, decision: d}, nil
+	return admittedJob{s: s, decision: d}, nil, nil
 }
 
 // admitLease runs admission control on a checked lease request.
@@ -82,15 +96,24 @@ func (s *Server) admitLease(c *gin.Context, p leases.GrantParams) error {
 	return nil
 }
 
-// rejection sets Retry-After (whole seconds, at least 1) and returns the answer of a refusal:
-// 429 with the reason as the code, or 503 unavailable when the limiter failed closed (the
-// cause is a dependency, not the client's rate).
+// rejection sets Retry-After and returns the answer of a refusal (rejectionError).
 func rejection(c *gin.Context, d admission.Decision) error {
-	c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(d.RetryAfter.Seconds())))))
+	setRetryAfter(c, d.RetryAfter)
+	return rejectionError(d)
+}
+
+// rejectionError is the answer of a refusal: 429 with the reason as the code, or 503
+// unavailable when the limiter failed closed (the cause is a dependency, not the client's rate).
+func rejectionError(d admission.Decision) *Error {
 	if d.Reason == admission.ReasonLimiterDown {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: d.Message}
 	}
 	return &Error{Status: http.StatusTooManyRequests, Code: string(d.Reason), Message: d.Message}
+}
+
+// setRetryAfter sets the Retry-After header to d in whole seconds, rounded up, at least 1.
+func setRetryAfter(c *gin.Context, d time.Duration) {
+	c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(d.Seconds())))))
 }
 
 // admissionReady is the /readyz entry of admission: its reason is shown, being free of

@@ -154,22 +154,36 @@ func errorBody(err error, status int, code string) client.ErrorBody {
 	return client.ErrorBody{Error: d}
 }
 
+// errorDetail is what a client is told of err: its status and client.ErrorDetail. It is the
+// answer of writeError, and the error of a failed item of a batch (POST /jobs/submit_batch).
+func errorDetail(err error) (int, client.ErrorDetail) {
+	status, code := ErrorStatus(err)
+	return status, errorBody(err, status, code).Error
+}
+
 // writeError answers c with err as a client.ErrorBody and aborts the handler chain. A 500 is a
 // bug and is logged at error level; a 503 is logged at warn.
 func (s *Server) writeError(c *gin.Context, err error) {
 	status, code := ErrorStatus(err)
-	route := c.FullPath()
-	switch {
-	case status == http.StatusServiceUnavailable && c.Request.Context().Err() != nil:
-		// The client went away; nobody reads the answer.
-		s.log.Debug("request cancelled", "route", route, "error", err)
-	case status == http.StatusServiceUnavailable:
-		s.log.Warn("dependency unavailable", "route", route, "error", err)
-	case status >= http.StatusInternalServerError:
-		s.log.Error("internal error", "route", route, "method", c.Request.Method, "error", err)
-	}
+	s.logError(c, status, err)
 	if status == http.StatusUnauthorized {
 		c.Header("WWW-Authenticate", `Bearer realm="orchestrator"`)
 	}
 	c.AbortWithStatusJSON(status, errorBody(err, status, code))
+}
+
+// logError logs an error answered with status: a 500 at error level (a bug), a 503 at warn (a
+// dependency), or at debug when the client went away; the client's own mistakes not at all.
+// attrs are added to the line.
+func (s *Server) logError(c *gin.Context, status int, err error, attrs ...any) {
+	route := c.FullPath()
+	switch {
+	case status == http.StatusServiceUnavailable && c.Request.Context().Err() != nil:
+		// The client went away; nobody reads the answer.
+		s.log.Debug("request cancelled", append([]any{"route", route, "error", err}, attrs...)...)
+	case status == http.StatusServiceUnavailable:
+		s.log.Warn("dependency unavailable", append([]any{"route", route, "error", err}, attrs...)...)
+	case status >= http.StatusInternalServerError:
+		s.log.Error("internal error", append([]any{"route", route, "method", c.Request.Method, "error", err}, attrs...)...)
+	}
 }

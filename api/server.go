@@ -141,6 +141,7 @@ func (s *Server) routes() *gin.Engine {
 
 	agents := s.requireRole(RoleAgent, RoleAdmin)
 	r.POST("/jobs/submit", agents, s.submit)
+	r.POST("/jobs/submit_batch", agents, s.submitBatch)
 	r.GET("/jobs", agents, s.listJobs)
 	r.GET("/jobs/:id", agents, s.getJob)
 	r.POST("/jobs/:id/cancel", agents, s.cancelJob)

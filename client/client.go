@@ -97,6 +97,16 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResponse,
 	return out, wrap(err, "submit job")
 }
 
+// SubmitBatch submits 1 to SubmitBatchMax jobs in one request (POST /jobs/submit_batch): each
+// job is validated, admitted and answered on its own, so a refused job is an item of the
+// answer (SubmitBatchResult.Error), not an error; the error is for a request refused whole
+// (a malformed body, too many jobs, auth) or one that failed.
+func (c *Client) SubmitBatch(ctx context.Context, req SubmitBatchRequest) (SubmitBatchResponse, error) {
+	var out SubmitBatchResponse
+	err := c.do(ctx, http.MethodPost, "/jobs/submit_batch", nil, req, &out)
+	return out, wrap(err, "submit batch of jobs")
+}
+
 // GetJob returns one job (GET /jobs/{id}).
 func (c *Client) GetJob(ctx context.Context, id string) (Job, error) {
 	var out Job

@@ -79,6 +79,51 @@ func TestClientRoutes(t *testing.T) {
 		require.JSONEq(t, `{"job_id":"j1","type":"noop","agent":"a","payload":{"x":1}}`, string(r.Body))
 	})
 
+	t.Run("SubmitBatch", func(t *testing.T) {
+		t.Parallel()
+		want := client.SubmitBatchResponse{
+			Results: []client.SubmitBatchResult{
+				{JobID: "j1", Status: "pending", Created: true},
+				{JobID: "j2", Error: &client.ErrorDetail{Code: "rate_limited", Message: "slow down"}, RetryAfterMS: 1500},
+			},
+			Created: 1, Failed: 1,
+		}
+		s := newServer(t, reply(http.StatusOK, want))
+		out, err := client.New(s.URL, "tok").SubmitBatch(ctx, client.SubmitBatchRequest{Jobs: []client.SubmitRequest{
+			{JobID: "j1", Type: "noop", Agent: "a", Payload: json.RawMessage(`{"x":1}`)},
+			{JobID: "j2", Type: "noop", Agent: "a", Payload: json.RawMessage(`null`)},
+		}})
+		require.NoError(t, err)
+		require.Equal(t, want, out)
+		r := s.last(t)
+		require.Equal(t, "POST", r.Method)
+		require.Equal(t, "/jobs/submit_batch", r.Path)
+		require.Equal(t, "Bearer tok", r.Auth)
+		require.Equal(t, "application/json", r.ContentType)
+		require.JSONEq(t, `{"jobs":[{"job_id":"j1","type":"noop","agent":"a","payload":{"x":1}},
+			{"job_id":"j2","type":"noop","agent":"a","payload":null}]}`, string(r.Body))
+	})
+
+	t.Run("SubmitBatchResultWire", func(t *testing.T) {
+		t.Parallel()
+		raw, err := json.Marshal([]client.SubmitBatchResult{
+			{JobID: "j1", Status: "pending", Created: true, Type: "infer_cpu", RoutedFrom: "infer"},
+			{Error: &client.ErrorDetail{Code: "invalid_request", Message: "is required", Field: "type"}},
+		})
+		require.NoError(t, err)
+		require.JSONEq(t, `[{"job_id":"j1","status":"pending","created":true,"type":"infer_cpu","routed_from":"infer"},
+			{"created":false,"error":{"code":"invalid_request","message":"is required","field":"type"}}]`, string(raw))
+	})
+
+	t.Run("SubmitBatchRefusedWhole", func(t *testing.T) {
+		t.Parallel()
+		s := newServer(t, reply(http.StatusBadRequest, client.ErrorBody{Error: client.ErrorDetail{
+			Code: "invalid_request", Message: "must hold 1 to 1000 jobs, not 0", Field: "jobs"}}))
+		_, err := client.New(s.URL, "t").SubmitBatch(ctx, client.SubmitBatchRequest{})
+		require.True(t, client.IsStatus(err, http.StatusBadRequest), "%v", err)
+		require.ErrorContains(t, err, "submit batch of jobs: 400 invalid_request: must hold 1 to 1000 jobs, not 0 (field jobs)")
+	})
+
 	t.Run("GetJobEscapesID", func(t *testing.T) {
 		t.Parallel()
 		s := newServer(t, reply(http.StatusOK, client.Job{JobID: "a/b", Status: "done"}))

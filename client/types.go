@@ -66,6 +66,45 @@ type SubmitResponse struct {
 	RoutedFrom string `json:"routed_from,omitempty"`
 }
 
+// SubmitBatchMax is the most jobs one POST /jobs/submit_batch takes.
+const SubmitBatchMax = 1000
+
+// SubmitBatchRequest is the body of POST /jobs/submit_batch: 1 to SubmitBatchMax jobs, each
+// what POST /jobs/submit takes. The whole body is at most 32 MiB.
+type SubmitBatchRequest struct {
+	Jobs []SubmitRequest `json:"jobs"`
+}
+
+// SubmitBatchResponse answers a batch (always 200 once the request itself is well formed):
+// one result per job, in the order of the request, and the counts of each kind.
+type SubmitBatchResponse struct {
+	Results []SubmitBatchResult `json:"results"`
+	// Created counts new jobs, Existing job_ids that existed already (nothing written), and
+	// Failed the jobs refused (Error set).
+	Created  int `json:"created"`
+	Existing int `json:"existing"`
+	Failed   int `json:"failed"`
+}
+
+// SubmitBatchResult is what became of one job of a batch: what POST /jobs/submit would have
+// answered for it alone. Either the job (JobID, Status, Created and, when admission routed it
+// to a CPU fallback, Type and RoutedFrom), or Error.
+type SubmitBatchResult struct {
+	// JobID is the job's id; for a failed job, the job_id it was sent with (empty if none).
+	JobID string `json:"job_id,omitempty"`
+	// Status is the job's status: pending for a new job, the existing job's for a repeat.
+	Status  string `json:"status,omitempty"`
+	Created bool   `json:"created"`
+	// Type and RoutedFrom: as in SubmitResponse.
+	Type       string `json:"type,omitempty"`
+	RoutedFrom string `json:"routed_from,omitempty"`
+	// Error is why the job was refused (nothing written for it), with the code, message and
+	// field the same submit alone would have been answered with.
+	Error *ErrorDetail `json:"error,omitempty"`
+	// RetryAfterMS is set when admission control refused the job: when it may be admitted.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+}
+
 // Job is a job as the API shows it.
 type Job struct {
 	JobID       string          `json:"job_id"`

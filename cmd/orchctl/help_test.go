@@ -25,7 +25,7 @@ func TestEveryCommandDocumentsItself(t *testing.T) {
 	})
 	for _, path := range []string{"orchctl leases release", "orchctl pools drain", "orchctl pools evict",
 		"orchctl dlq replay", "orchctl dlq purge", "orchctl admission set", "orchctl admission restore",
-		"orchctl control drain", "orchctl control reconcile"} {
+		"orchctl control drain", "orchctl control reconcile", "orchctl jobs submit-batch"} {
 		require.Contains(t, seen, path)
 		cmd, _, err := root.Find(strings.Fields(path)[1:])
 		require.NoError(t, err)

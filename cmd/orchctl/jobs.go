@@ -46,7 +46,7 @@ cancelled. done, dead_letter and cancelled are terminal.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newJobsSubmitCmd(g), newJobsGetCmd(g), newJobsListCmd(g), newJobsCancelCmd(g),
+	cmd.AddCommand(newJobsSubmitCmd(g), newJobsSubmitBatchCmd(g), newJobsGetCmd(g), newJobsListCmd(g), newJobsCancelCmd(g),
 		newJobsWaitCmd(g), newJobsWatchCmd(g))
 	return cmd
 }

@@ -26,7 +26,7 @@ const (
 	exitDeadLetter  = 3   // a wait on jobs: at least one job ended in dead_letter
 	exitCancelled   = 4   // a wait on jobs: at least one job ended cancelled (and none dead_letter)
 	exitTimeout     = 5   // a wait (on jobs, pools drain/evict, control drain) timed out
-	exitPartial     = 6   // a command acting on several items (leases release, dlq replay/purge, admission set/restore) did only some
+	exitPartial     = 6   // a command acting on several items (leases release, dlq replay/purge, admission set/restore, jobs submit-batch) did only some
 	exitInterrupted = 130 // SIGINT or SIGTERM (the shell convention 128+2)
 )
 
@@ -105,7 +105,8 @@ Exit codes:
   5    a wait timed out (jobs wait, the --wait of jobs submit, dlq replay, pools drain|evict
        and control drain)
   6    partly done: a command acting on several items (leases release, dlq replay|purge,
-       admission set --all-agents, admission restore) did only some; each failure is on stderr
+       admission set --all-agents, admission restore, jobs submit-batch) did only some; each
+       failure is on stderr
   130  interrupted (SIGINT, SIGTERM)
 
 The procedures of docs/runbook.md (evict a pool, drain the cluster, a dead leader, a GPU

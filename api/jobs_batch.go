@@ -1,0 +1,207 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// Limits of POST /jobs/submit_batch.
+const (
+	// SubmitBatchMax is the most jobs one batch takes: a batch is answered in one go, so it is
+	// kept to what two of the engine's group commits hold.
+	SubmitBatchMax = client.SubmitBatchMax
+	// SubmitBatchMaxBytes caps the body of a batch. SubmitBatchMax times the limit of one submit
+	// (max_payload_bytes plus its envelope) would be gigabytes; each job's payload is still held
+	// to max_payload_bytes.
+	SubmitBatchMaxBytes = 32 << 20
+)
+
+// submitBatchBody is the body of POST /jobs/submit_batch. The jobs stay raw until each is
+// decoded on its own (decodeBatchJob), so that a malformed one is named by its index.
+type submitBatchBody struct {
+	Jobs []json.RawMessage `json:"jobs"`
+}
+
+// batchJob is one job of a batch on its way: its params, then its admission, then its outcome.
+// err set means refused: nothing is written for it.
+type batchJob struct {
+	jobID      string // as the client sent it
+	p          engine.SubmitParams
+	err        error
+	refused    bool          // by admission control; err is the refusal
+	retryAfter time.Duration // of a refusal
+	adm        admittedJob
+	out        engine.SubmitOutcome
+}
+
+// submitBatch handles POST /jobs/submit_batch: 200 with one result per job, in request order.
+// Each job is checked, admitted and answered as POST /jobs/submit would, but a refused job
+// does not fail the others: its result carries the error. The admitted jobs go to the engine
+// together, which commits them in group commits and publishes them with one pipeline. The
+// request itself fails (400, 413) only when its body is malformed, too large, or holds 0 or
+// more than SubmitBatchMax jobs; then nothing is admitted or written.
+func (s *Server) submitBatch(c *gin.Context) {
+	id := mustIdentity(c)
+	var body submitBatchBody
+	if err := decodeJSON(c, s.submitBatchLimit(), &body); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if n := len(body.Jobs); n == 0 || n > SubmitBatchMax {
+		s.writeError(c, badRequest("jobs", "must hold 1 to %d jobs, not %d", SubmitBatchMax, n))
+		return
+	}
+	// Every job is decoded before any is admitted: a malformed one refuses the whole request,
+	// and must not have cost the others their tokens.
+	jobs := make([]batchJob, len(body.Jobs))
+	for i, raw := range body.Jobs {
+		var b submitBody
+		if err := decodeBatchJob(i, raw, &b); err != nil {
+			s.writeError(c, err)
+			return
+		}
+		jobs[i].jobID = b.JobID
+		jobs[i].p, jobs[i].err = s.submitParams(id, b)
+	}
+	body.Jobs = nil
+
+	s.admitBatch(c, jobs)
+	s.submitAdmitted(c, jobs)
+	c.JSON(http.StatusOK, s.batchResponse(c, jobs))
+}
+
+// admitBatch runs admission control on every checked job of a batch, in order. A refusal is
+// the job's error; the answer's Retry-After is the longest of them.
+func (s *Server) admitBatch(c *gin.Context, jobs []batchJob) {
+	var (
+		refused    bool
+		retryAfter time.Duration
+	)
+	for i := range jobs {
+		j := &jobs[i]
+		if j.err != nil {
+			continue
+		}
+		adm, d, err := s.decideJob(c.Request.Context(), &j.p)
+		switch {
+		case err != nil:
+			j.err = err
+		case d != nil:
+			j.err, j.refused, j.retryAfter = rejectionError(*d), true, d.RetryAfter
+			refused, retryAfter = true, max(retryAfter, d.RetryAfter)
+		default:
+			j.adm = adm
+		}
+	}
+	if refused {
+		setRetryAfter(c, retryAfter)
+	}
+}
+
+// submitAdmitted submits the admitted jobs of a batch with one call of the engine, and
+// finishes their admissions with the outcomes.
+func (s *Server) submitAdmitted(c *gin.Context, jobs []batchJob) {
+	ps := make([]engine.SubmitParams, 0, len(jobs))
+	at := make([]int, 0, len(jobs))
+	for i, j := range jobs {
+		if j.err == nil {
+			ps = append(ps, j.p)
+			at = append(at, i)
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	for k, out := range s.engine.SubmitMany(c.Request.Context(), ps) {
+		j := &jobs[at[k]]
+		j.out, j.err = out, out.Err
+		j.adm.finish(out.Err == nil && out.Job.Status == store.JobPending)
+	}
+}
+
+// batchResponse builds the answer of a batch. Jobs that failed on the server's side (5xx) are
+// logged once for the whole batch, with the first such error.
+func (s *Server) batchResponse(c *gin.Context, jobs []batchJob) client.SubmitBatchResponse {
+	resp := client.SubmitBatchResponse{Results: make([]client.SubmitBatchResult, len(jobs))}
+	var (
+		serverErrs  int
+		worstStatus int
+		firstErr    error
+	)
+	for i, j := range jobs {
+		r := &resp.Results[i]
+		if j.err != nil {
+			status, d := errorDetail(j.err)
+			r.JobID, r.Error = j.jobID, &d
+			if j.refused {
+				r.RetryAfterMS = max(1, (j.retryAfter + time.Millisecond - 1).Milliseconds())
+			}
+			if status >= http.StatusInternalServerError && !j.refused {
+				serverErrs++
+				worstStatus = max(worstStatus, status)
+				if firstErr == nil {
+					firstErr = j.err
+				}
+			}
+			resp.Failed++
+			continue
+		}
+		job := j.out.Job
+		r.JobID, r.Status, r.Created = job.ID, string(job.Status), j.out.Created
+		if from := j.adm.routedFrom(); from != "" {
+			r.Type, r.RoutedFrom = job.Type, from
+		}
+		if j.out.Created {
+			resp.Created++
+		} else {
+			resp.Existing++
+		}
+	}
+	if serverErrs > 0 {
+		s.logError(c, worstStatus, firstErr, "failed_jobs", serverErrs, "jobs", len(jobs))
+	}
+	return resp
+}
+
+// submitBatchLimit is the body limit of a batch: SubmitBatchMax submits at their own limit, up
+// to SubmitBatchMaxBytes (which the envelopes alone exceed: in practice, the cap).
+func (s *Server) submitBatchLimit() int64 {
+	if one := s.cfg.MaxPayloadBytes + submitEnvelopeBytes; one <= SubmitBatchMaxBytes/SubmitBatchMax {
+		return one * SubmitBatchMax
+	}
+	return SubmitBatchMaxBytes
+}
+
+// decodeBatchJob decodes job i of a batch as strictly as decodeJSON decodes a submit; an error
+// is a 400 naming the field within the job ("jobs[3].timeout"), or the job ("jobs[3]").
+func decodeBatchJob(i int, raw json.RawMessage, dst *submitBody) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		return nil
+	}
+	field := fmt.Sprintf("jobs[%d]", i)
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field == "" {
+		return badRequest(field, "must be a JSON object (a job), not %s", typeErr.Value)
+	}
+	var apiErr *Error
+	if !errors.As(decodeError(err), &apiErr) {
+		return badRequest(field, "cannot decode the job: %s", err.Error())
+	}
+	if apiErr.Field != "" {
+		field += "." + apiErr.Field
+	}
+	return badRequest(field, "%s", apiErr.Message)
+}
