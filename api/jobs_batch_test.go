@@ -54,8 +54,8 @@ func (b *bundle) allJobs(t *testing.T, agent string) []store.Job {
 	}
 }
 
-// requireEnqueued waits until every job of agent is marked enqueued (published), which may
-// be written after the submit's answer.
+// requireEnqueued checks that every job of agent is marked enqueued (published); it polls, so
+// that it holds however the engine orders the mark and the answer.
 func (b *bundle) requireEnqueued(t *testing.T, agent string) {
 	t.Helper()
 	require.Eventually(t, func() bool {

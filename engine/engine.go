@@ -39,7 +39,6 @@ type Engine struct {
 	leases  *leases.Manager
 	fence   Fence
 	group   submitGroup
-	marks   markGroup
 }
 
 // Options are optional dependencies of New.

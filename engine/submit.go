@@ -36,11 +36,11 @@ var JobIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 // AgentPattern is what an agent name must match (tokens bind agent names too).
 var AgentPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
-// Submit validates p, inserts the job (pending, not enqueued) and its audit row in one
-// transaction, then publishes it to its type's stream and marks it enqueued (the outbox). A
-// job_id that exists already returns the existing job with created=false and writes nothing; an
-// existing job_id of another agent is a conflict. A failed publish is not an error: the job is
-// committed and the dispatcher publishes it.
+// Submit validates p and inserts the job (pending) and its audit row in one transaction, which
+// also publishes the job to its type's stream and marks it enqueued before it commits (see
+// publishInTx). A job_id that exists already returns the existing job with created=false and
+// writes nothing; an existing job_id of another agent is a conflict. A failed publish is not an
+// error: the job commits unpublished and the dispatcher publishes it (the outbox).
 //
 // Concurrent submits are committed together (group commit, see submitGroup): Submit returns
 // once the transaction holding its job has committed, never before.
@@ -101,7 +101,13 @@ func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 		if err != nil || !created {
 			return err
 		}
-		return tx.AuditInsert(ctx, []store.AuditEvent{r.submittedEvent(job, now)})
+		if err := tx.AuditInsert(ctx, []store.AuditEvent{r.submittedEvent(job, now)}); err != nil {
+			return err
+		}
+		jobs := []store.Job{job}
+		err = e.publishInTx(ctx, tx, jobs, []*submitReq{r})
+		job = jobs[0]
+		return err
 	})
 	if err != nil {
 		return SubmitOutcome{Err: fmt.Errorf("submit job: %w", err)}
@@ -112,14 +118,12 @@ func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 		}
 		return SubmitOutcome{Job: job}
 	}
-	jobs := []store.Job{job}
-	e.publishSubmitted(jobs, []*submitReq{r})
-	return SubmitOutcome{Job: jobs[0], Created: true}
+	return SubmitOutcome{Job: job, Created: true}
 }
 
-// submitMany commits new jobs with one multi-row insert and their audit rows in one
-// transaction. When any of the ids exists already the transaction rolls back and every job goes
-// through submitOne instead, which tells new ids from taken ones.
+// submitMany commits new jobs with one multi-row insert, their audit rows and their publish in
+// one transaction. When any of the ids exists already the transaction rolls back and every job
+// goes through submitOne instead, which tells new ids from taken ones.
 func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 	now := e.nowUTC()
 	var jobs []store.Job
@@ -136,7 +140,10 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 		for i, r := range reqs {
 			events[i] = r.submittedEvent(jobs[i], now)
 		}
-		return tx.AuditInsert(ctx, events)
+		if err := tx.AuditInsert(ctx, events); err != nil {
+			return err
+		}
+		return e.publishInTx(ctx, tx, jobs, reqs)
 	})
 	switch {
 	case errors.Is(err, store.ErrConflict):
@@ -150,34 +157,48 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 		}
 		return
 	}
-	e.publishSubmitted(jobs, reqs)
 	for i, r := range reqs {
 		r.finish(SubmitOutcome{Job: jobs[i], Created: true})
 	}
 }
 
-// publishSubmitted publishes committed new jobs, each entry carrying its submitter's trace, sets
-// Enqueued on them, and leaves their enqueued marks to the mark group (markGroup), which writes
-// the marks of many batches with one UPDATE. The jobs are durable: a failed publish is only
-// logged (the dispatcher publishes them), and the submitters' contexts (which may end once the
-// commit is answered) do not cut it short.
-func (e *Engine) publishSubmitted(jobs []store.Job, reqs []*submitReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+// publishInTx publishes new jobs from inside the transaction that inserts them, each entry
+// carrying its submitter's trace, and marks them enqueued in that transaction, so that a submit
+// costs one commit. This is safe both ways round:
+//   - A worker that reads an entry before the commit claims with a locking read, which waits
+//     for the inserting transaction and then sees the job (MariaDB: the new row's lock; SQLite:
+//     the single writer).
+//   - An entry whose transaction then rolls back (or whose orchestrator dies before the commit)
+//     names no job: the claim refuses it as not found and the worker drops it.
+//
+// A failed publish leaves the jobs unmarked, for the dispatcher, and does not fail the submit.
+// The publish has its own deadline: the submitters' contexts may end at any time.
+func (e *Engine) publishInTx(ctx context.Context, tx store.Tx, jobs []store.Job, reqs []*submitReq) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
 	traces := make([]string, len(reqs))
 	for i, r := range reqs {
 		traces[i] = tracing.TraceParent(r.ctx)
 	}
-	marks, err := e.xadd(ctx, jobs, traces)
+	marks, err := e.xadd(pctx, jobs, traces)
 	if err != nil {
-		e.log.Warn("publish after submit failed; the dispatcher will publish", "jobs", len(jobs),
+		e.log.Warn("publish of submitted jobs failed; the dispatcher will publish them", "jobs", len(jobs),
 			"first_job_id", jobs[0].ID, "error", err)
-		return
+		return nil
+	}
+	if _, err := tx.JobMarkEnqueued(ctx, marks); err != nil {
+		return err
+	}
+	byID := make(map[string]string, len(marks))
+	for _, m := range marks {
+		byID[m.ID] = m.StreamID
 	}
 	for i := range jobs {
-		jobs[i].Enqueued = true
+		if id, ok := byID[jobs[i].ID]; ok {
+			jobs[i].Enqueued, jobs[i].StreamID = true, id
+		}
 	}
-	e.marks.add(e, marks)
+	return nil
 }
 
 // publish XADDs one entry per job and marks the jobs enqueued for their current attempt count.

@@ -199,7 +199,6 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	if err := hs.Shutdown(sctx); err != nil {
 		log.Warn("http shutdown incomplete", "error", err)
 	}
-	eng.FlushMarks(sctx) // spare the next dispatcher republishing what was published
 	log.Info("stopped")
 	return nil
 }
