@@ -61,6 +61,29 @@ func (j jobsDB) unfinished(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// pending counts the pending jobs of the job type, over the (type, status) index: the backlog
+// of the type's queue.
+func (j jobsDB) pending(ctx context.Context) (int, error) {
+	var n int
+	err := j.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orchestrator_jobs WHERE type = ? AND status = 'pending'`,
+		j.jobType).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count pending jobs: %w", err)
+	}
+	return n, nil
+}
+
+// unpublished counts the pending jobs that are not marked enqueued yet: the outbox the
+// dispatcher still has to go through (the status-first dispatch index answers it).
+func (j jobsDB) unpublished(ctx context.Context) (int, error) {
+	var n int
+	err := j.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orchestrator_jobs WHERE status = 'pending' AND enqueued = 0`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count unpublished jobs: %w", err)
+	}
+	return n, nil
+}
+
 // statusCounts counts the scenario's jobs by status.
 func (j jobsDB) statusCounts(ctx context.Context, prefix string) (map[string]int, error) {
 	return j.counts(ctx, `SELECT status, COUNT(*) FROM orchestrator_jobs WHERE job_id LIKE ? GROUP BY status`,

@@ -74,22 +74,30 @@ func newLoadStats(n int, openLoop bool) *loadStats {
 func (ls *loadStats) sent() int64 { return ls.accepted.Load() + ls.failed.Load() }
 
 // fail counts a failed submit under its error code; the first error is kept for the log.
-func (ls *loadStats) fail(err error) {
-	ls.failed.Add(1)
-	code := "transport"
-	var apiErr *client.APIError
-	switch {
-	case errors.As(err, &apiErr):
-		code = fmt.Sprintf("%d_%s", apiErr.StatusCode, apiErr.Code)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		code = "cancelled"
-	}
+func (ls *loadStats) fail(err error) { ls.failN(errorCode(err), 1, err) }
+
+// failN counts n failed submits under code; the first error is kept for the log.
+func (ls *loadStats) failN(code string, n int, err error) {
+	ls.failed.Add(int64(n))
 	ls.mu.Lock()
-	ls.errs[code]++
+	ls.errs[code] += n
 	if ls.firstErr == nil {
 		ls.firstErr = err
 	}
 	ls.mu.Unlock()
+}
+
+// errorCode names a failed request in the report: "<status>_<code>" of an API error,
+// "cancelled" or "transport".
+func errorCode(err error) string {
+	var apiErr *client.APIError
+	switch {
+	case errors.As(err, &apiErr):
+		return fmt.Sprintf("%d_%s", apiErr.StatusCode, apiErr.Code)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "cancelled"
+	}
+	return "transport"
 }
 
 // errorCounts returns the failed submits by code, nil when there were none.
@@ -138,12 +146,21 @@ func (s submitter) submit(ctx context.Context, ls *loadStats, i int, id string) 
 // closedLoop submits n jobs with producers goroutines, each sending its next job as soon as the
 // previous one was answered, recording into ls (of n jobs). It stops early when ctx ends.
 func (s submitter) closedLoop(ctx context.Context, ls *loadStats, ids idSpace, n, producers int) {
+	s.closedLoopUntil(ctx, ls, ids, n, producers, time.Time{})
+}
+
+// closedLoopUntil is closedLoop that also stops sending at until (unless zero): a submit sent
+// before until is still answered and counted, so ls.end is the last answer, a little past until.
+func (s submitter) closedLoopUntil(ctx context.Context, ls *loadStats, ids idSpace, n, producers int, until time.Time) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	ls.start = time.Now()
 	for range producers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
+				if !until.IsZero() && !time.Now().Before(until) {
+					return
+				}
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return

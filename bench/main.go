@@ -12,6 +12,9 @@
 //	           first submit to the last done
 //	latency    offer -rate submits/s for -duration (open loop); per-job submit → handler start
 //	           latency from the database
+//	backlog    (not run by default; always last) with the workers stopped, probe the submit
+//	           rate and the orchestrator's memory at an empty queue, at 10,000 pending jobs and
+//	           at -backlog (filled with POST /jobs/submit_batch); its jobs are never run
 //
 // The results are a JSON document on stdout (and in -out); progress goes to stderr. Every child
 // process runs in its own process group and is stopped on exit, Ctrl-C included; a second
@@ -59,6 +62,10 @@ type options struct {
 	keep        bool
 	out         string
 	pprof       string
+	// backlog scenario
+	backlog        int
+	backlogProbe   time.Duration
+	backlogTimeout time.Duration
 }
 
 // secretFlags are reported as "<redacted>" in the JSON.
@@ -84,9 +91,10 @@ func main() {
 func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	scenarios := fs.String("scenarios", strings.Join(scenarioNames, ","), "comma-separated scenarios to run, in order: "+strings.Join(scenarioNames, ", "))
+	scenarios := fs.String("scenarios", strings.Join(scenarioNames, ","), "comma-separated scenarios to run, in order: "+
+		strings.Join(scenarioNames, ", ")+"; also "+strings.Join(extraScenarios, ", ")+" (not by default; backlog always runs last)")
 	fs.IntVar(&o.n, "n", 20000, "jobs per burndown and streaming scenario")
-	fs.IntVar(&o.producers, "producers", 16, "concurrent submitters of the closed-loop scenarios (burndown, streaming)")
+	fs.IntVar(&o.producers, "producers", 16, "concurrent submitters of the closed-loop scenarios (burndown, streaming) and of the backlog probes")
 	fs.Float64Var(&o.rate, "rate", 1000, "latency: offered submits per second (open loop)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency: how long the rate is offered")
 	fs.IntVar(&o.maxInflight, "max-inflight", 512, "latency: most submits outstanding at once")
@@ -106,6 +114,9 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the database, the Redis keys and the logs")
 	fs.StringVar(&o.out, "out", "", "also write the JSON report to this file")
 	fs.StringVar(&o.pprof, "pprof", "", "record the orchestrator's CPU with perf during this scenario (own stack only); report next to -out")
+	fs.IntVar(&o.backlog, "backlog", 1000000, fmt.Sprintf("backlog: pending jobs of the last probe (above %d, the second probe's)", backlogBase))
+	fs.DurationVar(&o.backlogProbe, "backlog-probe", 5*time.Second, "backlog: how long each submit-rate probe lasts")
+	fs.DurationVar(&o.backlogTimeout, "backlog-timeout", 30*time.Minute, "backlog: deadline of the scenario (instead of -timeout)")
 	if err := fs.Parse(args); err != nil {
 		return nil, fs, err
 	}
@@ -118,11 +129,13 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
-		if !slices.Contains(scenarioNames, s) {
-			errs = append(errs, fmt.Errorf("-scenarios: unknown scenario %q (want %s)", s, strings.Join(scenarioNames, ", ")))
+		if !slices.Contains(scenarioNames, s) && !slices.Contains(extraScenarios, s) {
+			errs = append(errs, fmt.Errorf("-scenarios: unknown scenario %q (want %s)", s,
+				strings.Join(slices.Concat(scenarioNames, extraScenarios), ", ")))
 		}
 		o.scenarios = append(o.scenarios, s)
 	}
+	o.scenarios = lastScenario(o.scenarios, "backlog")
 	if len(o.scenarios) == 0 {
 		errs = append(errs, errors.New("-scenarios: none given"))
 	}
@@ -138,6 +151,12 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	if o.rate <= 0 || o.duration <= 0 || o.timeout <= 0 {
 		errs = append(errs, errors.New("-rate, -duration and -timeout must be positive"))
 	}
+	if o.backlog <= backlogBase {
+		errs = append(errs, fmt.Errorf("-backlog must be above %d (the backlog of the second probe)", backlogBase))
+	}
+	if o.backlogProbe <= 0 || o.backlogTimeout <= 0 {
+		errs = append(errs, errors.New("-backlog-probe and -backlog-timeout must be positive"))
+	}
 	if o.apiURL != "" && o.token == "" {
 		errs = append(errs, errors.New("-api-url needs -token (or ORCH_API_TOKEN)"))
 	}
@@ -145,6 +164,22 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 		errs = append(errs, errors.New("-no-workers only makes sense with -api-url"))
 	}
 	return o, fs, errors.Join(errs...)
+}
+
+// lastScenario moves every name of names to the end, keeping the others in order. The backlog
+// scenario leaves a backlog that is never run: a scenario after it would find those jobs
+// ahead of its own in the stream, and wait for them.
+func lastScenario(names []string, name string) []string {
+	out := make([]string, 0, len(names))
+	var last []string
+	for _, n := range names {
+		if n == name {
+			last = append(last, n)
+		} else {
+			out = append(out, n)
+		}
+	}
+	return append(out, last...)
 }
 
 // run runs the bench and returns the exit status: 0 when every scenario completed, 1 when one
@@ -197,6 +232,7 @@ func runScenarios(ctx context.Context, o *options, rep *Report) error {
 	r := &runner{
 		o:     o,
 		st:    st,
+		hc:    hc,
 		sub:   submitter{api: st.api, jobType: o.jobType},
 		jdb:   jobsDB{db: st.db, jobType: o.jobType, noHint: new(atomic.Bool)},
 		runID: randomHex(3),
@@ -212,13 +248,21 @@ func runScenarios(ctx context.Context, o *options, rep *Report) error {
 		res := r.run(ctx, name)
 		rep.Scenarios[name] = res
 		rep.Order = append(rep.Order, name)
-		progress("== %s: %d jobs in %.2fs = %.0f jobs/s; submit %.0f/s%s", name, res.Jobs, res.Seconds,
-			res.JobsPerSec, res.SubmitPerSec, latencyLine(res))
+		progress("== %s: %s", name, summaryLine(name, res))
 	}
 	if ctx.Err() != nil {
 		return errors.New("interrupted")
 	}
 	return nil
+}
+
+// summaryLine is the one-line result of a scenario.
+func summaryLine(name string, res *ScenarioResult) string {
+	if name == "backlog" {
+		return backlogLine(res)
+	}
+	return fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s; submit %.0f/s%s", res.Jobs, res.Seconds,
+		res.JobsPerSec, res.SubmitPerSec, latencyLine(res))
 }
 
 // latencyLine is the latency part of a scenario's summary line.

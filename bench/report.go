@@ -94,6 +94,21 @@ type ScenarioResult struct {
 	LatencyMS *Percentiles `json:"latency_ms,omitempty"`
 	// EndToEndMS is submit → done per job: finished_at − created_at from the database.
 	EndToEndMS *Percentiles `json:"end_to_end_ms,omitempty"`
+	// Probes are the backlog scenario's probes, in order: empty queue, backlogBase, -backlog.
+	Probes []BacklogProbe `json:"probes,omitempty"`
+	// FillJobs, FillSeconds and FillPerSec are the backlog scenario's batch fills
+	// (POST /jobs/submit_batch) together; FillHTTPMS is the latency of one batch request.
+	FillJobs    int          `json:"fill_jobs,omitempty"`
+	FillSeconds float64      `json:"fill_seconds,omitempty"`
+	FillPerSec  float64      `json:"fill_per_sec,omitempty"`
+	FillHTTPMS  *Percentiles `json:"fill_http_ms,omitempty"`
+	// RSSRatio is the orchestrator's RSS at -backlog over its RSS at backlogBase, HeapRatio the
+	// same of its Go heap, SubmitRatio the submit rate at -backlog over the empty queue's.
+	RSSRatio    float64 `json:"rss_ratio,omitempty"`
+	HeapRatio   float64 `json:"heap_ratio,omitempty"`
+	SubmitRatio float64 `json:"submit_ratio,omitempty"`
+	// GoalMet says whether RSSRatio ≤ 1.2 and SubmitRatio ≥ 0.8 (the performance goal).
+	GoalMet *bool `json:"goal_met,omitempty"`
 	// Statuses counts the scenario's jobs by status at the end.
 	Statuses map[string]int `json:"statuses,omitempty"`
 	// CPU is the CPU time each part of the stack used during the scenario (Linux only).

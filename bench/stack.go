@@ -189,10 +189,20 @@ func (s *stack) external(o *options, hc *http.Client) error {
 }
 
 // stackConfig is the YAML of the bench's stack: only the job type under test, so workers read
-// one stream, and the worker settings of the flags.
+// one stream, and the worker settings of the flags. The default admission policy (5000 submits/s
+// per agent) is lifted to the most it may be: the bench measures what the stack can take, and
+// the backlog scenario's batch fill goes well above it. Every submit still pays for its token.
 func stackConfig(o *options) string {
-	return fmt.Sprintf("job_types:\n  %s:\n    handler: noop\nworker:\n  concurrency: %d\n", o.jobType, o.concurrency)
+	return fmt.Sprintf("job_types:\n  %s:\n    handler: noop\nworker:\n  concurrency: %d\n"+
+		"admission:\n  default_policy:\n    rate_per_sec: %d\n    burst: %d\n",
+		o.jobType, o.concurrency, benchAdmissionRate, benchAdmissionBurst)
 }
+
+// The bench's agent policy: the largest rate and burst a policy may have.
+const (
+	benchAdmissionRate  = 1000000
+	benchAdmissionBurst = 10000000
+)
 
 // waitReady polls /readyz until the orchestrator answers ok, failing early if it exits.
 func (s *stack) waitReady(ctx context.Context) error {
