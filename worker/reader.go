@@ -4,9 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
@@ -15,35 +12,18 @@ import (
 
 func streamsGroup(t *config.JobType) string { return streams.GroupName(t.Name) }
 
-// claimsInFlight is how many claim calls one reader has outstanding at once. The reader goes
-// back to Redis while a claim is on its way, so an entry that arrives meanwhile is not held up
-// behind the previous claim's round trip; the slots still bound what the worker takes.
-const claimsInFlight = 4
-
 // read is the reader of one job type: it takes free slots, reads at most that many entries of
-// the type's group, and claims them (up to claimsInFlight claims at once). It returns when ctx
-// (Run's) ends, after its claims have returned. readCtx carries the Redis calls, which are let
-// to finish so no entry is delivered to a reader that has gone.
+// the type's group, and claims them. It returns when ctx (Run's) ends. readCtx carries the Redis
+// calls, which are let to finish so no entry is delivered to a reader that has gone.
 //
 // The count grows with the backlog (double what the last read got) and drops to one when the
 // stream is idle, so an idle type holds a single slot while it blocks and the busy types keep
 // the rest.
 func (w *Worker) read(ctx, readCtx context.Context, t *config.JobType) {
 	defer w.readers.Done()
-	var (
-		claims sync.WaitGroup
-		sem    = make(chan struct{}, claimsInFlight)
-		// pauseUntil is when a claim answered retry_later: the reader backs off until then.
-		pauseUntil atomic.Int64
-	)
-	defer claims.Wait()
 	log := w.log.With("job_type", t.Name, "stream", t.Stream)
 	want, fails := 1, 0
 	for ctx.Err() == nil {
-		if d := time.Until(time.Unix(0, pauseUntil.Load())); d > 0 {
-			_ = sleepCtx(ctx, d)
-			continue
-		}
 		n, err := w.slots.acquire(ctx, min(want, w.cfg.Batch))
 		if err != nil {
 			return
@@ -70,17 +50,9 @@ func (w *Worker) read(ctx, readCtx context.Context, t *config.JobType) {
 		}
 		fails = 0
 		want = max(1, 2*len(ds))
-		if len(ds) == 0 {
-			continue
+		if len(ds) > 0 && w.claim(ctx, t, ds) {
+			_ = sleepCtx(ctx, w.cfg.RetryLaterDelay/2+jitter(w.cfg.RetryLaterDelay))
 		}
-		sem <- struct{}{}
-		claims.Go(func() {
-			defer func() { <-sem }()
-			if w.claim(ctx, t, ds) {
-				pause := w.cfg.RetryLaterDelay/2 + jitter(w.cfg.RetryLaterDelay)
-				pauseUntil.Store(time.Now().Add(pause).UnixNano())
-			}
-		})
 	}
 }
 
