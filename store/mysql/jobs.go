@@ -45,7 +45,7 @@ func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store
 	if !asciiID(p.ID) {
 		return store.Job{}, false, fmt.Errorf("insert job %q: a job id must be ASCII", p.ID)
 	}
-	j := newJob(p)
+	j := sqlgen.NewJob(p)
 	_, err := e.q.ExecContext(ctx, `INSERT INTO orchestrator_jobs (job_id, type, agent, payload,
 		status, attempts, max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms,
 		created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)`,
@@ -71,45 +71,7 @@ func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store
 // any id is taken (or appears twice) it fails with ErrConflict and inserts nothing of that
 // statement, and the caller rolls back. It returns the rows as stored.
 func (e executor) JobInsertMany(ctx context.Context, ps []store.JobInsertParams) ([]store.Job, error) {
-	jobs := make([]store.Job, 0, len(ps))
-	for chunk := range slices.Chunk(ps, batchChunk) {
-		var q strings.Builder
-		q.WriteString(`INSERT INTO orchestrator_jobs (job_id, type, agent, payload, status, attempts,
-			max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms, created_at, updated_at) VALUES `)
-		args := make([]any, 0, 11*len(chunk))
-		for i, p := range chunk {
-			if !asciiID(p.ID) {
-				return nil, fmt.Errorf("insert job %q: a job id must be ASCII", p.ID)
-			}
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString("(?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)")
-			j := newJob(p)
-			jobs = append(jobs, j)
-			args = append(args, j.ID, j.Type, j.Agent, jsonArg(j.Payload), j.Status, j.MaxAttempts,
-				j.AvailableAt, j.GPUMemoryMB, j.Timeout.Milliseconds(), j.CreatedAt, j.CreatedAt)
-		}
-		if _, err := e.q.ExecContext(ctx, q.String(), args...); err != nil {
-			return nil, fmt.Errorf("insert %d jobs: %w", len(chunk), mapErr(err))
-		}
-	}
-	return jobs, nil
-}
-
-// newJob is the row JobInsert writes for p.
-func newJob(p store.JobInsertParams) store.Job {
-	now := dbTime(p.Now)
-	avail := now
-	if !p.AvailableAt.IsZero() {
-		avail = dbTime(p.AvailableAt)
-	}
-	return store.Job{
-		ID: p.ID, Type: p.Type, Agent: p.Agent, Payload: nilIfEmpty(p.Payload),
-		Status: store.JobPending, MaxAttempts: p.MaxAttempts, AvailableAt: avail,
-		GPUMemoryMB: p.GPUMemoryMB, Timeout: p.Timeout.Truncate(time.Millisecond),
-		CreatedAt: now, UpdatedAt: now,
-	}
+	return shared.InsertJobs(ctx, e.q, ps)
 }
 
 // JobGet returns one job or store.ErrNotFound.
@@ -198,7 +160,7 @@ func (e executor) JobUpdate(ctx context.Context, u store.JobUpdate) error {
 	if !asciiID(u.ID) {
 		return fmt.Errorf("update job %q: %w", u.ID, store.ErrNotFound)
 	}
-	st := sqlgen.JobUpdate(u, encoding)
+	st := sqlgen.JobUpdate(u, shared.Encoding)
 	res, err := e.q.ExecContext(ctx, st.SQL, st.Args...)
 	if err != nil {
 		return fmt.Errorf("update job %s: %w", u.ID, mapErr(err))
@@ -225,19 +187,7 @@ func (e executor) JobUpdateMany(ctx context.Context, us []store.JobUpdate) error
 	if len(us) == 1 {
 		return e.JobUpdate(ctx, us[0])
 	}
-	for _, u := range us {
-		if u.To == "" {
-			return fmt.Errorf("update job %s: no target status", u.ID)
-		}
-		if !asciiID(u.ID) {
-			return fmt.Errorf("update job %q: %w", u.ID, store.ErrNotFound)
-		}
-	}
-	stmts, err := sqlgen.JobUpdates(us, encoding, batchChunk)
-	if err != nil {
-		return err
-	}
-	return execAll(ctx, e.q, "update jobs", stmts)
+	return shared.UpdateJobs(ctx, e.q, us)
 }
 
 // JobListDispatchable returns due, unpublished pending jobs, oldest available first.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
@@ -93,17 +91,8 @@ func nilIfEmpty(raw []byte) json.RawMessage {
 	return raw
 }
 
-// asciiID reports whether id can be a job id: job_id is an ascii_bin column, and comparing it
-// with a non-ASCII string is a collation error in MariaDB, not a mismatch. Such ids therefore
-// never exist; lookups report them as not found without asking the server.
-func asciiID(id string) bool {
-	for i := 0; i < len(id); i++ {
-		if id[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
-}
+// asciiID: see sqlgen.ASCIIID.
+func asciiID(id string) bool { return sqlgen.ASCIIID(id) }
 
 func clampLimit(limit, def, maxLimit int) int {
 	if limit <= 0 {
@@ -124,24 +113,9 @@ func anySlice[T any](s []T) []any {
 	return out
 }
 
-// encoding is how this driver passes values to the shared statements of sqlgen.
-var encoding = sqlgen.Encoding{Time: func(t time.Time) any { return dbTime(t) }}
-
-// execAll runs statements that must each match all their rows; one that matches fewer fails
-// with ErrConflict (a row moved on since the caller read it).
-func execAll(ctx context.Context, q querier, what string, stmts []sqlgen.Statement) error {
-	for _, st := range stmts {
-		res, err := q.ExecContext(ctx, st.SQL, st.Args...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, mapErr(err))
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if int(n) != st.Rows {
-			return fmt.Errorf("%s: %d of %d rows still matched: %w", what, n, st.Rows, store.ErrConflict)
-		}
-	}
-	return nil
+// shared is this driver's side of the batch writes both drivers share (package sqlgen).
+var shared = sqlgen.Driver{
+	Encoding: sqlgen.Encoding{Time: func(t time.Time) any { return dbTime(t) }},
+	MapErr:   mapErr,
+	Chunk:    batchChunk,
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
-	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const leaseColumns = `token, agent_name, job_id, node_id, gpu_index, mode, memory_mb, exclusive,
@@ -154,16 +153,7 @@ func (e executor) LeaseSetStatusMany(ctx context.Context, us []store.LeaseStatus
 	if len(us) == 1 {
 		return e.LeaseSetStatus(ctx, us[0])
 	}
-	for _, u := range us {
-		if !asciiID(u.Token) {
-			return fmt.Errorf("set lease status: %w", store.ErrNotFound)
-		}
-	}
-	stmts, err := sqlgen.LeaseStatuses(us, encoding, batchChunk)
-	if err != nil {
-		return err
-	}
-	return execAll(ctx, e.w, "set lease statuses", stmts)
+	return shared.SetLeaseStatuses(ctx, e.w, us)
 }
 
 // LeaseHeartbeat extends the active, unexpired leases among tokens by their own TTL in one

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
@@ -131,17 +130,8 @@ func nullString(s string) any {
 	return s
 }
 
-// asciiID reports whether id can be a job id. SQLite could store any text, but MariaDB's
-// job_id is ASCII, and both drivers must accept the same ids: a client sees the same API
-// whichever mode serves it. Non-ASCII ids therefore never exist and lookups skip them.
-func asciiID(id string) bool {
-	for i := 0; i < len(id); i++ {
-		if id[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
-}
+// asciiID: see sqlgen.ASCIIID.
+func asciiID(id string) bool { return sqlgen.ASCIIID(id) }
 
 func clampLimit(limit, def, maxLimit int) int {
 	if limit <= 0 {
@@ -176,24 +166,9 @@ type executor struct {
 	w querier
 }
 
-// encoding is how this driver passes values to the shared statements of sqlgen.
-var encoding = sqlgen.Encoding{Time: func(t time.Time) any { return dbTime(t) }}
-
-// execAll runs statements that must each match all their rows; one that matches fewer fails
-// with ErrConflict (a row moved on since the caller read it).
-func execAll(ctx context.Context, q querier, what string, stmts []sqlgen.Statement) error {
-	for _, st := range stmts {
-		res, err := q.ExecContext(ctx, st.SQL, st.Args...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, mapErr(err))
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if int(n) != st.Rows {
-			return fmt.Errorf("%s: %d of %d rows still matched: %w", what, n, st.Rows, store.ErrConflict)
-		}
-	}
-	return nil
+// shared is this driver's side of the batch writes both drivers share (package sqlgen).
+var shared = sqlgen.Driver{
+	Encoding: sqlgen.Encoding{Time: func(t time.Time) any { return dbTime(t) }},
+	MapErr:   mapErr,
+	Chunk:    batchChunk,
 }
