@@ -49,12 +49,13 @@ func (j jobsDB) terminalCounts(ctx context.Context, prefix string) (map[string]i
 	return j.counts(ctx, fmt.Sprintf(q, ""), j.jobType, likePrefix(prefix))
 }
 
-// unfinished counts the jobs of the whole database that are not in a terminal status (the
-// status-first dispatch index answers it without reading rows).
+// unfinished counts the jobs of the whole database that are not in a terminal status, but for
+// those of parkedType, which no worker runs (the (type, status) index answers it without
+// reading rows).
 func (j jobsDB) unfinished(ctx context.Context) (int, error) {
 	var n int
 	err := j.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orchestrator_jobs
-		WHERE status IN ('pending', 'claimed', 'running', 'failed')`).Scan(&n)
+		WHERE status IN ('pending', 'claimed', 'running', 'failed') AND type <> ?`, parkedType).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count unfinished jobs: %w", err)
 	}

@@ -179,11 +179,20 @@ func (s submitter) closedLoopUntil(ctx context.Context, ls *loadStats, ids idSpa
 // beyond that the scheduler waits, and the delay shows in the send lag. It stops early when ctx
 // ends.
 func (s submitter) openLoop(ctx context.Context, ls *loadStats, ids idSpace, rate float64, maxInflight int) {
-	total := len(ls.lat)
+	ls.start, ls.end = paced(ctx, len(ls.lat), rate, maxInflight, ls.lag, func(i int) {
+		s.submit(ctx, ls, i, ids.id(i))
+	})
+}
+
+// paced calls send(i) for i in [0, total) at rate per second (open loop): each call runs on its
+// own goroutine from its scheduled time on, whether or not earlier ones have returned, with at
+// most maxInflight running; beyond that the scheduler waits. lag[i] records how late call i
+// started after its scheduled time. It stops scheduling when ctx ends, waits for the calls
+// under way, and returns the schedule's start and the time the last call returned.
+func paced(ctx context.Context, total int, rate float64, maxInflight int, lag []time.Duration, send func(i int)) (start, end time.Time) {
 	sem := make(chan struct{}, maxInflight)
 	var wg sync.WaitGroup
 	p := newPacer(time.Now(), rate, total)
-	ls.start = p.start
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	sent := 0
@@ -198,8 +207,8 @@ loop:
 			i, scheduled := sent, p.at(sent)
 			wg.Go(func() {
 				defer func() { <-sem }()
-				ls.lag[i] = max(time.Since(scheduled), time.Nanosecond)
-				s.submit(ctx, ls, i, ids.id(i))
+				lag[i] = max(time.Since(scheduled), time.Nanosecond)
+				send(i)
 			})
 		}
 		if sent == total {
@@ -213,7 +222,7 @@ loop:
 		}
 	}
 	wg.Wait()
-	ls.end = time.Now()
+	return p.start, time.Now()
 }
 
 // ticker calls fn every interval until the returned stop is called; stop waits for a running

@@ -12,6 +12,11 @@
 //	           first submit to the last done
 //	latency    offer -rate submits/s for -duration (open loop); per-job submit → handler start
 //	           latency from the database
+//	leases     offer -lease-rate lease grants/s for -duration (open loop, gpu and cpu leases
+//	           alternating, each released at once); grant and release latency
+//	admission  closed-loop submits for -duration with the workers stopped, in slices under
+//	           three policies of the bench's agent (as configured, a Redis call per token, no
+//	           token bucket); what admission control costs a submit
 //	backlog    (not run by default; always last) with the workers stopped, probe the submit
 //	           rate and the orchestrator's memory at an empty queue, at 10,000 pending jobs and
 //	           at -backlog (filled with POST /jobs/submit_batch); its jobs are never run
@@ -45,6 +50,7 @@ type options struct {
 	n           int
 	producers   int
 	rate        float64
+	leaseRate   float64
 	duration    time.Duration
 	maxInflight int
 	timeout     time.Duration
@@ -94,10 +100,11 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	scenarios := fs.String("scenarios", strings.Join(scenarioNames, ","), "comma-separated scenarios to run, in order: "+
 		strings.Join(scenarioNames, ", ")+"; also "+strings.Join(extraScenarios, ", ")+" (not by default; backlog always runs last)")
 	fs.IntVar(&o.n, "n", 20000, "jobs per burndown and streaming scenario")
-	fs.IntVar(&o.producers, "producers", 16, "concurrent submitters of the closed-loop scenarios (burndown, streaming) and of the backlog probes")
+	fs.IntVar(&o.producers, "producers", 16, "concurrent submitters of the closed-loop scenarios (burndown, streaming, admission) and of the backlog probes")
 	fs.Float64Var(&o.rate, "rate", 1000, "latency: offered submits per second (open loop)")
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency: how long the rate is offered")
-	fs.IntVar(&o.maxInflight, "max-inflight", 512, "latency: most submits outstanding at once")
+	fs.Float64Var(&o.leaseRate, "lease-rate", 200, "leases: offered lease grants per second (open loop), each released at once")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency, leases: how long the rate is offered; admission: how long the submits last")
+	fs.IntVar(&o.maxInflight, "max-inflight", 512, "latency, leases: most requests outstanding at once")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "deadline of each scenario; past it the partial figures are reported")
 	fs.IntVar(&o.workers, "workers", 2, "worker processes the bench starts")
 	fs.IntVar(&o.concurrency, "concurrency", 50, "jobs each worker runs at once")
@@ -148,8 +155,11 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	if o.workers < 1 && !o.noWorkers {
 		errs = append(errs, errors.New("-workers must be positive (or use -no-workers)"))
 	}
-	if o.rate <= 0 || o.duration <= 0 || o.timeout <= 0 {
-		errs = append(errs, errors.New("-rate, -duration and -timeout must be positive"))
+	if o.rate <= 0 || o.leaseRate <= 0 || o.duration <= 0 || o.timeout <= 0 {
+		errs = append(errs, errors.New("-rate, -lease-rate, -duration and -timeout must be positive"))
+	}
+	if o.jobType == parkedType {
+		errs = append(errs, fmt.Errorf("-type %s: the name of the bench's type that no worker serves (admission)", parkedType))
 	}
 	if o.backlog <= backlogBase {
 		errs = append(errs, fmt.Errorf("-backlog must be above %d (the backlog of the second probe)", backlogBase))
@@ -258,8 +268,13 @@ func runScenarios(ctx context.Context, o *options, rep *Report) error {
 
 // summaryLine is the one-line result of a scenario.
 func summaryLine(name string, res *ScenarioResult) string {
-	if name == "backlog" {
+	switch name {
+	case "backlog":
 		return backlogLine(res)
+	case "leases":
+		return leasesLine(res)
+	case "admission":
+		return admissionLine(res)
 	}
 	return fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s; submit %.0f/s%s", res.Jobs, res.Seconds,
 		res.JobsPerSec, res.SubmitPerSec, latencyLine(res))

@@ -62,6 +62,10 @@ type StackInfo struct {
 	Concurrency int    `json:"concurrency"`
 	// LogDir holds the child processes' logs (kept with -keep).
 	LogDir string `json:"log_dir,omitempty"`
+	// GPUNode is the orchestrator's node (ORCH_NODE_ID) and SimGPUs its simulated GPUs
+	// (ORCH_SIM_GPUS), on which the leases scenario places its gpu leases (own stack).
+	GPUNode string `json:"gpu_node,omitempty"`
+	SimGPUs string `json:"sim_gpus,omitempty"`
 }
 
 // ScenarioResult is the outcome of one scenario. Durations are seconds, rates per second,
@@ -109,6 +113,17 @@ type ScenarioResult struct {
 	SubmitRatio float64 `json:"submit_ratio,omitempty"`
 	// GoalMet says whether RSSRatio ≤ 1.2 and SubmitRatio ≥ 0.8 (the performance goal).
 	GoalMet *bool `json:"goal_met,omitempty"`
+	// LeaseModes are the leases scenario's figures by lease mode (gpu, cpu) and LeaseGPUs what
+	// GET /gpus showed of the gpu leases' node.
+	LeaseModes []LeaseMode    `json:"lease_modes,omitempty"`
+	LeaseGPUs  *LeaseGPUCheck `json:"lease_gpus,omitempty"`
+	// ServerMS is the orchestrator's own time of the leases scenario's requests by kind
+	// ("grant", "release"), from its request-duration histogram.
+	ServerMS map[string]*ServerLatency `json:"server_ms,omitempty"`
+	// AdmissionModes are the admission scenario's figures by policy of the bench's agent, and
+	// LimiterCallMS the latency of one token-bucket call (a Redis round trip) made by the bench.
+	AdmissionModes []AdmissionMode `json:"admission_modes,omitempty"`
+	LimiterCallMS  *Percentiles    `json:"limiter_call_ms,omitempty"`
 	// Statuses counts the scenario's jobs by status at the end.
 	Statuses map[string]int `json:"statuses,omitempty"`
 	// CPU is the CPU time each part of the stack used during the scenario (Linux only).

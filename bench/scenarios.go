@@ -13,8 +13,9 @@ import (
 )
 
 // scenarioNames are the scenarios in their default order. burndown comes first: with the
-// bench's own stack no worker runs yet, so nothing has to be stopped.
-var scenarioNames = []string{"burndown", "streaming", "latency"}
+// bench's own stack no worker runs yet, so nothing has to be stopped. leases and admission
+// (about -duration each) stop the workers, so they come after the scenarios that need them.
+var scenarioNames = []string{"burndown", "streaming", "latency", "leases", "admission"}
 
 // extraScenarios run only when -scenarios names them: backlog takes minutes (a million jobs by
 // default) and leaves its jobs unrun, so it always runs last.
@@ -62,6 +63,10 @@ func (r *runner) run(ctx context.Context, name string) *ScenarioResult {
 		res = r.streaming(sctx, ids)
 	case "latency":
 		res = r.latency(sctx, ids)
+	case "leases":
+		res = r.leases(sctx)
+	case "admission":
+		res = r.admission(sctx, ids)
 	case "backlog":
 		res = r.backlog(sctx, ids)
 	default:

@@ -122,7 +122,7 @@ func (s *stack) own(ctx context.Context, o *options, hc *http.Client) error {
 		return fmt.Errorf("write tokens file: %w", err)
 	}
 	cfgPath := filepath.Join(s.dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(stackConfig(o)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(stackConfig(o, true)), 0o600); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
 	addr, err := freeAddr()
@@ -141,9 +141,16 @@ func (s *stack) own(ctx context.Context, o *options, hc *http.Client) error {
 	if s.db, err = openDB(dsn); err != nil {
 		return err
 	}
-	progress("stack: starting orchestrator on %s (database %s, redis prefix %s)", addr, name, s.prefix)
-	s.orch, err = startProcess(s.dir, "orchestrator", orchBin,
-		slices.Concat(common, []string{"ORCH_TOKENS_FILE=" + tokens}), "serve")
+	// The orchestrator's node has simulated GPUs for the leases scenario, on a node of its
+	// own: the workers keep the host's node and report its GPUs (none without NVML), which
+	// then cannot overwrite the simulated ones.
+	s.info.GPUNode, s.info.SimGPUs = "bench-"+suffix, benchSimGPUs
+	progress("stack: starting orchestrator on %s (database %s, redis prefix %s, node %s with GPUs %s)",
+		addr, name, s.prefix, s.info.GPUNode, s.info.SimGPUs)
+	s.orch, err = startProcess(s.dir, "orchestrator", orchBin, slices.Concat(common, []string{
+		"ORCH_TOKENS_FILE=" + tokens, "ORCH_NODE_ID=" + s.info.GPUNode,
+		"ORCH_SIM_GPUS=" + benchSimGPUs, "ORCH_NVML_DISABLE=1",
+	}), "serve")
 	if err != nil {
 		return err
 	}
@@ -172,7 +179,7 @@ func (s *stack) external(o *options, hc *http.Client) error {
 			return err
 		}
 		cfgPath := filepath.Join(s.dir, "config.yaml")
-		if err := os.WriteFile(cfgPath, []byte(stackConfig(o)), 0o600); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(stackConfig(o, false)), 0o600); err != nil {
 			return fmt.Errorf("write config: %w", err)
 		}
 		s.workerEnv = []string{
@@ -188,14 +195,22 @@ func (s *stack) external(o *options, hc *http.Client) error {
 	return nil
 }
 
-// stackConfig is the YAML of the bench's stack: only the job type under test, so workers read
-// one stream, and the worker settings of the flags. The default admission policy (5000 submits/s
+// stackConfig is the YAML of the bench's stack: the job type under test, so workers read one
+// stream, and the worker settings of the flags. The default admission policy (5000 submits/s
 // per agent) is lifted to the most it may be: the bench measures what the stack can take, and
-// the backlog scenario's batch fill goes well above it. Every submit still pays for its token.
-func stackConfig(o *options) string {
-	return fmt.Sprintf("job_types:\n  %s:\n    handler: noop\nworker:\n  concurrency: %d\n"+
+// the backlog scenario's batch fill goes well above it. Every submit still goes through the
+// token bucket (whose tokens an instance takes from Redis in batches: see the admission
+// scenario). With parked (the bench's own stack), a second noop type, parkedType, which no
+// worker serves: the admission scenario submits to it, so that its jobs stay out of the stream
+// of the type under test.
+func stackConfig(o *options, parked bool) string {
+	types := fmt.Sprintf("job_types:\n  %s:\n    handler: noop\n", o.jobType)
+	if parked && o.jobType != parkedType {
+		types += fmt.Sprintf("  %s:\n    handler: noop\n", parkedType)
+	}
+	return fmt.Sprintf("%sworker:\n  concurrency: %d\n"+
 		"admission:\n  default_policy:\n    rate_per_sec: %d\n    burst: %d\n",
-		o.jobType, o.concurrency, benchAdmissionRate, benchAdmissionBurst)
+		types, o.concurrency, benchAdmissionRate, benchAdmissionBurst)
 }
 
 // The bench's agent policy: the largest rate and burst a policy may have.
