@@ -174,13 +174,27 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 // A failed publish leaves the jobs unmarked, for the dispatcher, and does not fail the submit.
 // The publish has its own deadline: the submitters' contexts may end at any time.
 func (e *Engine) publishInTx(ctx context.Context, tx store.Tx, jobs []store.Job, reqs []*submitReq) error {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	defer cancel()
-	traces := make([]string, len(reqs))
-	for i, r := range reqs {
-		traces[i] = tracing.TraceParent(r.ctx)
+	// One submitter: the publish span is part of its trace, and the entry carries that span.
+	// Several: the span links to each, and each entry carries its own submitter's trace.
+	base := ctx
+	var (
+		traces []string
+		links  []trace.Link
+	)
+	if len(reqs) == 1 {
+		base = reqs[0].ctx
+	} else {
+		traces = make([]string, len(reqs))
+		for i, r := range reqs {
+			traces[i] = tracing.TraceParent(r.ctx)
+			if l := trace.LinkFromContext(r.ctx); l.SpanContext.IsValid() {
+				links = append(links, l)
+			}
+		}
 	}
-	marks, err := e.xadd(pctx, jobs, traces)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(base), publishTimeout)
+	defer cancel()
+	marks, err := e.xadd(pctx, jobs, traces, links...)
 	if err != nil {
 		e.log.Warn("publish of submitted jobs failed; the dispatcher will publish them", "jobs", len(jobs),
 			"first_job_id", jobs[0].ID, "error", err)
@@ -243,10 +257,11 @@ func (e *Engine) publishWith(ctx context.Context, jobs []store.Job, fence Fence,
 }
 
 // xadd XADDs one entry per job (one pipeline) and returns the enqueued marks of the published
-// jobs. Each entry carries traces[i] as its trace parent (nil traces, or an empty one: ctx's).
-func (e *Engine) xadd(ctx context.Context, jobs []store.Job, traces []string) (_ []store.JobEnqueued, err error) {
+// jobs. Each entry carries traces[i] as its trace parent (nil traces, or an empty one: that of
+// the publish span); the span links to links.
+func (e *Engine) xadd(ctx context.Context, jobs []store.Job, traces []string, links ...trace.Link) (_ []store.JobEnqueued, err error) {
 	ctx, span := tracing.Start(ctx, "engine.publish", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.Int("jobs", len(jobs))))
+		trace.WithAttributes(attribute.Int("jobs", len(jobs))), trace.WithLinks(links...))
 	defer func() { tracing.End(span, err) }()
 	traceParent := tracing.TraceParent(ctx) // the entries carry the trace to the workers
 	msgs := make([]streams.Message, 0, len(jobs))
