@@ -150,6 +150,8 @@ func TestWorkerBadInput(t *testing.T) {
 		{"CompleteNoStatus", "complete", `{"worker_id":"w1","results":[{"job_id":"a"}]}`, "results[0].status"},
 		{"CompleteBadJobID", "complete", `{"worker_id":"w1","results":[{"job_id":"","status":"done"}]}`, "results[0].job_id"},
 		{"CompleteNegativeAttempt", "complete", `{"worker_id":"w1","results":[{"job_id":"a","status":"done","attempt":-1}]}`, "results[0].attempt"},
+		{"CompleteNegativeElapsed", "complete", `{"worker_id":"w1","results":[{"job_id":"a","status":"done","elapsed_us":-1}]}`, "results[0].elapsed_us"},
+		{"CompleteHugeElapsed", "complete", `{"worker_id":"w1","results":[{"job_id":"a","status":"done","elapsed_us":999999999999999}]}`, "results[0].elapsed_us"},
 		{"CompleteTooManyInFlight", "complete", `{"worker_id":"w1","results":[],"in_flight":` + ids(MaxItemsPerCall+1) + `}`, "in_flight"},
 		{"CompleteTrailingData", "complete", `{"worker_id":"w1","results":[]} {}`, ""},
 	}
