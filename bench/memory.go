@@ -86,22 +86,28 @@ const (
 // scrapeMetrics reads the unlabelled samples names of GET <apiURL>/metrics (not authenticated).
 // Names that are missing are missing from the map.
 func scrapeMetrics(ctx context.Context, hc *http.Client, apiURL string, names ...string) (map[string]float64, error) {
+	return fetchMetrics(ctx, hc, apiURL, func(r io.Reader) (map[string]float64, error) { return parseMetrics(r, names...) })
+}
+
+// fetchMetrics GETs <apiURL>/metrics (not authenticated) and parses the exposition with parse.
+func fetchMetrics[T any](ctx context.Context, hc *http.Client, apiURL string, parse func(io.Reader) (T, error)) (T, error) {
+	var zero T
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(apiURL, "/")+"/metrics", nil)
 	if err != nil {
-		return nil, fmt.Errorf("scrape metrics: %w", err)
+		return zero, fmt.Errorf("scrape metrics: %w", err)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scrape metrics: %w", err)
+		return zero, fmt.Errorf("scrape metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil, fmt.Errorf("scrape metrics: %s", resp.Status)
+		return zero, fmt.Errorf("scrape metrics: %s", resp.Status)
 	}
-	return parseMetrics(resp.Body, names...)
+	return parse(resp.Body)
 }
 
 // parseMetrics returns the values of the unlabelled samples names of a Prometheus text

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // The orchestrator's series the leases and admission scenarios read from GET /metrics: the
@@ -119,22 +118,7 @@ func parseSamples(r io.Reader, prefixes ...string) ([]sample, error) {
 
 // scrapeSamples reads the samples of GET <apiURL>/metrics whose names start with prefixes.
 func scrapeSamples(ctx context.Context, hc *http.Client, apiURL string, prefixes ...string) ([]sample, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(apiURL, "/")+"/metrics", nil)
-	if err != nil {
-		return nil, fmt.Errorf("scrape metrics: %w", err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil, fmt.Errorf("scrape metrics: %s", resp.Status)
-	}
-	return parseSamples(resp.Body, prefixes...)
+	return fetchMetrics(ctx, hc, apiURL, func(r io.Reader) ([]sample, error) { return parseSamples(r, prefixes...) })
 }
 
 // matches reports whether s has every label of want.
