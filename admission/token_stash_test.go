@@ -124,7 +124,11 @@ func TestLimiterBatches(t *testing.T) {
 		t.Logf("admitted %d of %.0f owed", admitted, owed)
 		require.LessOrEqual(t, float64(admitted), owed+1, "never more than the bucket gives")
 		require.GreaterOrEqual(t, float64(admitted), min(3000, 0.9*owed)-2*float64(batchSize(p)))
-		require.Positive(t, lastRetry)
-		require.LessOrEqual(t, lastRetry, time.Millisecond, "a token every 0.2 ms")
+		// A loop slower than the bucket refills is owed every call (the first check then holds
+		// it to that); a faster one was refused, with a retry of the next token.
+		if admitted < 3000 {
+			require.Positive(t, lastRetry)
+			require.LessOrEqual(t, lastRetry, time.Millisecond, "a token every 0.2 ms")
+		}
 	})
 }
