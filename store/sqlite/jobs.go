@@ -141,29 +141,7 @@ func (e executor) JobList(ctx context.Context, p store.JobListParams) ([]store.J
 // and worker when asked). When no row matches it tells ErrNotFound from ErrConflict with one
 // more lookup. A non-nil StartedAt or FinishedAt pointing at the zero time clears the column.
 func (e executor) JobUpdate(ctx context.Context, u store.JobUpdate) error {
-	if u.To == "" {
-		return fmt.Errorf("update job %s: no target status", u.ID)
-	}
-	if !asciiID(u.ID) {
-		return fmt.Errorf("update job %q: %w", u.ID, store.ErrNotFound)
-	}
-	st := sqlgen.JobUpdate(u, shared.Encoding)
-	res, err := e.w.ExecContext(ctx, st.SQL, st.Args...)
-	if err != nil {
-		return fmt.Errorf("update job %s: %w", u.ID, mapErr(err))
-	}
-	// Matched rows (clientFoundRows on MariaDB), so identical values still count as 1.
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("update job %s: %w", u.ID, err)
-	} else if n > 0 {
-		return nil
-	}
-	var one int
-	err = e.w.QueryRowContext(ctx, "SELECT 1 FROM orchestrator_jobs WHERE job_id = ?", u.ID).Scan(&one)
-	if err != nil {
-		return fmt.Errorf("update job %s: %w", u.ID, mapErr(err))
-	}
-	return fmt.Errorf("update job %s from %s to %s: %w", u.ID, u.From, u.To, store.ErrConflict)
+	return shared.UpdateJob(ctx, e.w, u)
 }
 
 // JobUpdateMany applies the compare-and-set writes of distinct jobs with as few UPDATEs as their
@@ -171,9 +149,6 @@ func (e executor) JobUpdate(ctx context.Context, u store.JobUpdate) error {
 // statement that matches fewer rows than it carries fails the whole call with ErrConflict, and
 // the caller's transaction is rolled back.
 func (e executor) JobUpdateMany(ctx context.Context, us []store.JobUpdate) error {
-	if len(us) == 1 {
-		return e.JobUpdate(ctx, us[0])
-	}
 	return shared.UpdateJobs(ctx, e.w, us)
 }
 

@@ -122,37 +122,12 @@ func (e executor) LeaseList(ctx context.Context, p store.LeaseListParams) ([]sto
 // LeaseSetStatus is one compare-and-set UPDATE guarded by the current status; a final status
 // also sets ended_at.
 func (e executor) LeaseSetStatus(ctx context.Context, u store.LeaseStatusUpdate) error {
-	if !asciiID(u.Token) {
-		return fmt.Errorf("set lease status: %w", store.ErrNotFound)
-	}
-	var ended any
-	if u.To != store.LeaseActive {
-		ended = dbTime(u.Now)
-	}
-	res, err := e.w.ExecContext(ctx, `UPDATE orchestrator_leases SET status = ?, ended_at = ?
-		WHERE token = ? AND status = ?`, string(u.To), ended, u.Token, string(u.From))
-	if err != nil {
-		return fmt.Errorf("set lease status %s -> %s: %w", u.From, u.To, mapErr(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("set lease status %s -> %s: %w", u.From, u.To, err)
-	} else if n > 0 {
-		return nil
-	}
-	var one int
-	err = e.w.QueryRowContext(ctx, "SELECT 1 FROM orchestrator_leases WHERE token = ?", u.Token).Scan(&one)
-	if err != nil {
-		return fmt.Errorf("set lease status %s -> %s: %w", u.From, u.To, mapErr(err))
-	}
-	return fmt.Errorf("set lease status %s -> %s: %w", u.From, u.To, store.ErrConflict)
+	return shared.SetLeaseStatus(ctx, e.w, u)
 }
 
 // LeaseSetStatusMany applies the compare-and-set status changes of distinct leases, one UPDATE
 // per (from, to) and 500 tokens; a lease that moved on fails the whole call with ErrConflict.
 func (e executor) LeaseSetStatusMany(ctx context.Context, us []store.LeaseStatusUpdate) error {
-	if len(us) == 1 {
-		return e.LeaseSetStatus(ctx, us[0])
-	}
 	return shared.SetLeaseStatuses(ctx, e.w, us)
 }
 

@@ -106,21 +106,9 @@ func (e executor) PoolUpdate(ctx context.Context, u store.PoolUpdate) error {
 	}
 	args = append(args, u.ID, string(u.From))
 	what := fmt.Sprintf("update pool %s from %s to %s", u.ID, u.From, u.To)
-	res, err := e.w.ExecContext(ctx, "UPDATE worker_pools SET "+strings.Join(sets, ", ")+
-		" WHERE pool_id = ? AND status = ?", args...)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	} else if n > 0 {
-		return nil
-	}
-	var one int
-	if err := e.w.QueryRowContext(ctx, "SELECT 1 FROM worker_pools WHERE pool_id = ?", u.ID).Scan(&one); err != nil {
-		return fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-	return fmt.Errorf("%s: %w", what, store.ErrConflict)
+	return shared.CompareAndSet(ctx, e.w, what, sqlgen.Statement{SQL: "UPDATE worker_pools SET " +
+		strings.Join(sets, ", ") + " WHERE pool_id = ? AND status = ?", Args: args},
+		"SELECT 1 FROM worker_pools WHERE pool_id = ?", u.ID)
 }
 
 // PoolTouch moves last_heartbeat or last_activity_at forward to now.

@@ -17,6 +17,13 @@ type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// Querier is an Execer that also reads one row: what a single-row compare-and-set needs to tell
+// a missing row from one that moved on.
+type Querier interface {
+	Execer
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // Driver is one driver's side of the batch writes the drivers share: how it encodes values,
 // how it maps its errors onto the store's, and how many rows one statement carries.
 type Driver struct {
@@ -92,15 +99,24 @@ func (d Driver) InsertJobs(ctx context.Context, x Execer, ps []store.JobInsertPa
 	return jobs, nil
 }
 
-// UpdateJobs applies compare-and-set writes of distinct jobs (two or more; one write goes through
-// the driver's JobUpdate, which tells a missing job from a conflict) with JobUpdates.
-func (d Driver) UpdateJobs(ctx context.Context, x Execer, us []store.JobUpdate) error {
+// UpdateJob applies one compare-and-set write of a job (store.JobExecutor.JobUpdate).
+func (d Driver) UpdateJob(ctx context.Context, x Querier, u store.JobUpdate) error {
+	if err := checkJobUpdate(u); err != nil {
+		return err
+	}
+	return d.CompareAndSet(ctx, x, fmt.Sprintf("update job %s from %s to %s", u.ID, u.From, u.To),
+		JobUpdate(u, d.Encoding), "SELECT 1 FROM orchestrator_jobs WHERE job_id = ?", u.ID)
+}
+
+// UpdateJobs applies compare-and-set writes of distinct jobs with JobUpdates. One write goes
+// through UpdateJob, which tells a missing job from a conflict.
+func (d Driver) UpdateJobs(ctx context.Context, x Querier, us []store.JobUpdate) error {
+	if len(us) == 1 {
+		return d.UpdateJob(ctx, x, us[0])
+	}
 	for _, u := range us {
-		if u.To == "" {
-			return fmt.Errorf("update job %s: no target status", u.ID)
-		}
-		if !ASCIIID(u.ID) {
-			return fmt.Errorf("update job %q: %w", u.ID, store.ErrNotFound)
+		if err := checkJobUpdate(u); err != nil {
+			return err
 		}
 	}
 	stmts, err := JobUpdates(us, d.Encoding, d.Chunk)
@@ -110,9 +126,37 @@ func (d Driver) UpdateJobs(ctx context.Context, x Execer, us []store.JobUpdate) 
 	return d.execAll(ctx, x, "update jobs", stmts)
 }
 
+func checkJobUpdate(u store.JobUpdate) error {
+	if u.To == "" {
+		return fmt.Errorf("update job %s: no target status", u.ID)
+	}
+	if !ASCIIID(u.ID) {
+		return fmt.Errorf("update job %q: %w", u.ID, store.ErrNotFound)
+	}
+	return nil
+}
+
+// SetLeaseStatus applies one compare-and-set of a lease's status
+// (store.LeaseExecutor.LeaseSetStatus).
+func (d Driver) SetLeaseStatus(ctx context.Context, x Querier, u store.LeaseStatusUpdate) error {
+	if !ASCIIID(u.Token) {
+		return fmt.Errorf("set lease status: %w", store.ErrNotFound)
+	}
+	stmts, err := LeaseStatuses([]store.LeaseStatusUpdate{u}, d.Encoding, 1)
+	if err != nil {
+		return err
+	}
+	return d.CompareAndSet(ctx, x, fmt.Sprintf("set lease status %s -> %s", u.From, u.To),
+		stmts[0], "SELECT 1 FROM orchestrator_leases WHERE token = ?", u.Token)
+}
+
 // SetLeaseStatuses applies compare-and-set status changes of distinct leases with
-// LeaseStatuses.
-func (d Driver) SetLeaseStatuses(ctx context.Context, x Execer, us []store.LeaseStatusUpdate) error {
+// LeaseStatuses. One change goes through SetLeaseStatus, which tells a missing lease from a
+// conflict.
+func (d Driver) SetLeaseStatuses(ctx context.Context, x Querier, us []store.LeaseStatusUpdate) error {
+	if len(us) == 1 {
+		return d.SetLeaseStatus(ctx, x, us[0])
+	}
 	for _, u := range us {
 		if !ASCIIID(u.Token) {
 			return fmt.Errorf("set lease status: %w", store.ErrNotFound)
@@ -123,6 +167,26 @@ func (d Driver) SetLeaseStatuses(ctx context.Context, x Execer, us []store.Lease
 		return err
 	}
 	return d.execAll(ctx, x, "set lease statuses", stmts)
+}
+
+// CompareAndSet runs a single-row compare-and-set UPDATE and tells its outcomes apart: nil when
+// it matched (matched rows, so identical values still count), store.ErrConflict when the row
+// exists but no longer matched, store.ErrNotFound when exists (a query of key) finds no row.
+func (d Driver) CompareAndSet(ctx context.Context, x Querier, what string, st Statement, exists string, key any) error {
+	res, err := x.ExecContext(ctx, st.SQL, st.Args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, d.MapErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	} else if n > 0 {
+		return nil
+	}
+	var one int
+	if err := x.QueryRowContext(ctx, exists, key).Scan(&one); err != nil {
+		return fmt.Errorf("%s: %w", what, d.MapErr(err))
+	}
+	return fmt.Errorf("%s: %w", what, store.ErrConflict)
 }
 
 // execAll runs statements that must each match all their rows; one that matches fewer fails
