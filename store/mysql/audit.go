@@ -12,6 +12,7 @@ import (
 
 // AuditInsert appends the events with one multi-row INSERT per 500 rows. An empty JobID is
 // stored as NULL. The IDs of the events are assigned by the database and not reported back.
+// In a transaction the INSERT goes out with the next statement (execBlind).
 func (e executor) AuditInsert(ctx context.Context, events []store.AuditEvent) error {
 	for chunk := range slices.Chunk(events, batchChunk) {
 		var q strings.Builder
@@ -29,7 +30,7 @@ func (e executor) AuditInsert(ctx context.Context, events []store.AuditEvent) er
 			args = append(args, dbTime(ev.TS), ev.EventType, nullString(ev.JobID),
 				ev.LeaseToken, ev.PoolID, ev.Actor, jsonArg(ev.Details))
 		}
-		if _, err := e.q.ExecContext(ctx, q.String(), args...); err != nil {
+		if err := e.execBlind(ctx, "insert audit events", q.String(), args); err != nil {
 			return fmt.Errorf("insert audit events: %w", mapErr(err))
 		}
 	}

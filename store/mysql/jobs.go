@@ -196,7 +196,7 @@ func (e executor) JobMarkEnqueued(ctx context.Context, marks []store.JobEnqueued
 			attemptArgs = append(attemptArgs, m.ID, m.Attempts)
 			ids[i] = m.ID
 		}
-		q := "UPDATE orchestrator_jobs SET enqueued = 1, stream_id = CASE job_id" +
+		q := "UPDATE orchestrator_jobs " + byKey + " SET enqueued = 1, stream_id = CASE job_id" +
 			streamCase.String() + " END WHERE job_id IN (" + placeholders(len(chunk)) +
 			") AND status = ? AND enqueued = 0 AND attempts = CASE job_id" +
 			attemptsCase.String() + " END"

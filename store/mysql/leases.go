@@ -15,7 +15,8 @@ const leaseColumns = `token, agent_name, job_id, node_id, gpu_index, mode, memor
 	ttl_ms, status, created_at, expires_at, last_heartbeat, ended_at, metadata`
 
 // LeaseInsert inserts the leases with one multi-row INSERT per 500 rows. A token that exists
-// already is store.ErrConflict.
+// already is store.ErrConflict: at once outside a transaction; in one, the INSERT goes out with
+// the next statement (execBlind), which then fails with it.
 func (e executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 	for chunk := range slices.Chunk(leases, batchChunk) {
 		var q strings.Builder
@@ -41,7 +42,7 @@ func (e executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 				l.MemoryMB, l.Exclusive, l.TTL.Milliseconds(), string(l.Status), dbTime(l.CreatedAt),
 				dbTime(l.ExpiresAt), dbTime(l.LastHeartbeat), ended, jsonArg(l.Metadata))
 		}
-		if _, err := e.q.ExecContext(ctx, q.String(), args...); err != nil {
+		if err := e.execBlind(ctx, "insert leases", q.String(), args); err != nil {
 			return fmt.Errorf("insert %d leases: %w", len(chunk), mapErr(err))
 		}
 	}
@@ -152,7 +153,7 @@ func (e executor) LeaseHeartbeat(ctx context.Context, tokens []string, now time.
 		args := []any{at, at}
 		args = append(args, anySlice(chunk)...)
 		args = append(args, string(store.LeaseActive), at)
-		_, err := e.q.ExecContext(ctx, `UPDATE orchestrator_leases
+		_, err := e.q.ExecContext(ctx, `UPDATE orchestrator_leases `+byKey+`
 			SET expires_at = ? + INTERVAL ttl_ms * 1000 MICROSECOND, last_heartbeat = ?
 			WHERE token IN (`+placeholders(len(chunk))+`) AND status = ? AND expires_at > ?`, args...)
 		if err != nil {

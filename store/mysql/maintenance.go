@@ -122,7 +122,7 @@ func (e executor) JobClearEnqueued(ctx context.Context, status store.JobStatus, 
 	total := 0
 	for chunk := range slices.Chunk(ids, batchChunk) {
 		args := slices.Concat([]any{dbTime(now)}, anySlice(chunk), []any{status, store.StreamIDPurged})
-		res, err := e.q.ExecContext(ctx, `UPDATE orchestrator_jobs SET enqueued = 0, updated_at = ?
+		res, err := e.q.ExecContext(ctx, `UPDATE orchestrator_jobs `+byKey+` SET enqueued = 0, updated_at = ?
 			WHERE job_id IN (`+placeholders(len(chunk))+`) AND status = ? AND enqueued = 1
 			AND stream_id <> ?`, args...)
 		if err != nil {

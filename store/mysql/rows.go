@@ -113,9 +113,14 @@ func anySlice[T any](s []T) []any {
 	return out
 }
 
+// byKey makes an UPDATE of rows listed by primary key find them by it (sqlgen.Encoding.ByKey):
+// on a small table the optimizer may scan the status index instead, locking the rows of
+// concurrent transactions as it goes, and deadlock with them.
+const byKey = "FORCE INDEX (PRIMARY)"
+
 // shared is this driver's side of the batch writes both drivers share (package sqlgen).
 var shared = sqlgen.Driver{
-	Encoding: sqlgen.Encoding{Time: func(t time.Time) any { return dbTime(t) }},
+	Encoding: sqlgen.Encoding{Time: func(t time.Time) any { return dbTime(t) }, ByKey: byKey},
 	MapErr:   mapErr,
 	Chunk:    batchChunk,
 }

@@ -81,8 +81,10 @@ var (
 // forces the settings the driver relies on: parseTime=true and loc=UTC (times come back as
 // UTC time.Time), time_zone='+00:00' (server-side time functions agree), clientFoundRows=true
 // (an UPDATE that matches a row but changes nothing still counts it, so a compare-and-set
-// with unchanged values is not mistaken for a conflict) and interpolateParams=true (one round
-// trip per statement instead of prepare + execute + close).
+// with unchanged values is not mistaken for a conflict), interpolateParams=true (one round
+// trip per statement instead of prepare + execute + close) and multiStatements=true (a
+// transaction sends several statements in one round trip: txconn.go). Every argument is
+// interpolated by the driver, escaped; no statement is built from input.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -95,6 +97,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg.Loc = time.UTC
 	cfg.ClientFoundRows = true
 	cfg.InterpolateParams = true
+	cfg.MultiStatements = true // a transaction folds statements into one round trip (txconn.go)
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
@@ -144,25 +147,26 @@ func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
 }
 
 func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
-	sqlTx, err := s.db.BeginTx(ctx, nil)
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	finished := false
+	t := &txConn{conn: conn}
+	committed := false
 	defer func() {
-		if !finished { // fn panicked: roll back, let the panic go on
-			_ = sqlTx.Rollback()
+		if !committed { // fn failed or panicked, or the commit failed: roll back
+			t.release(t.rollback())
 		}
 	}()
-	err = fn(&tx{executor{q: sqlTx}})
-	finished = true
-	if err != nil {
-		_ = sqlTx.Rollback()
-		return err
+	if err := fn(&tx{executor{q: t}}); err != nil {
+		return t.annotate(err)
 	}
-	if err := sqlTx.Commit(); err != nil {
-		return fmt.Errorf("commit transaction: %w", err)
+	if err := t.commit(ctx); err != nil {
+		// A held write that failed fails the commit: a taken lease token is still a conflict.
+		return fmt.Errorf("commit transaction: %w", mapErr(err))
 	}
+	committed = true
+	t.release(true)
 	return nil
 }
 

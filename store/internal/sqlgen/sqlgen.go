@@ -22,6 +22,19 @@ const LastErrorMax = 65535
 type Encoding struct {
 	// Time encodes a DATETIME(6) value.
 	Time func(time.Time) any
+	// ByKey is the index hint, after the table name, that makes an UPDATE find its rows by
+	// primary key (MariaDB: FORCE INDEX (PRIMARY)). On a small table the optimizer may scan an
+	// index on status instead, and an UPDATE locks every row it examines: rows of concurrent
+	// transactions too, and they deadlock. Empty for none (SQLite has one writer).
+	ByKey string
+}
+
+// table names table for an UPDATE by primary key.
+func (enc Encoding) table(name string) string {
+	if enc.ByKey == "" {
+		return name
+	}
+	return name + " " + enc.ByKey
 }
 
 // nullTime encodes the zero time as NULL.
@@ -100,7 +113,7 @@ func JobGuards(u store.JobUpdate) []Assign {
 
 // JobUpdate is the single-row compare-and-set UPDATE of u.
 func JobUpdate(u store.JobUpdate, enc Encoding) Statement {
-	return update("orchestrator_jobs", "job_id", []row{{key: u.ID, set: JobSet(u, enc), where: JobGuards(u)}})
+	return update(enc.table("orchestrator_jobs"), "job_id", []row{{key: u.ID, set: JobSet(u, enc), where: JobGuards(u)}})
 }
 
 // JobUpdates turns compare-and-set writes of distinct jobs into as few UPDATE statements as it
@@ -112,7 +125,7 @@ func JobUpdates(us []store.JobUpdate, enc Encoding, chunk int) ([]Statement, err
 	for i, u := range us {
 		rows[i] = row{key: u.ID, set: JobSet(u, enc), where: JobGuards(u)}
 	}
-	return batch("orchestrator_jobs", "job_id", rows, chunk)
+	return batch(enc.table("orchestrator_jobs"), "job_id", rows, chunk)
 }
 
 // LeaseStatuses turns compare-and-set status changes of distinct leases into one UPDATE per
@@ -128,7 +141,7 @@ func LeaseStatuses(us []store.LeaseStatusUpdate, enc Encoding, chunk int) ([]Sta
 			set:   []Assign{{"status", string(u.To)}, {"ended_at", ended}},
 			where: []Assign{{"status", string(u.From)}}}
 	}
-	return batch("orchestrator_leases", "token", rows, chunk)
+	return batch(enc.table("orchestrator_leases"), "token", rows, chunk)
 }
 
 // row is one keyed row's assignments and guards.

@@ -1,0 +1,155 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/mysql"
+)
+
+// TestTxFolding covers the transactions that send START TRANSACTION and their blind writes
+// (audit rows, leases) together with the next statement (txconn.go).
+func TestTxFolding(t *testing.T) {
+	t.Parallel()
+	// One connection: every transaction reuses the one the previous left behind, so a
+	// transaction left open on it would show.
+	s, dsn := setup(t, mysql.Options{MaxOpenConns: 1, MaxIdleConns: 1})
+	raw, err := sql.Open("mysql", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { raw.Close() })
+	auditRows := func(t *testing.T, jobID string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, raw.QueryRowContext(t.Context(),
+			"SELECT COUNT(*) FROM orchestrator_audit WHERE job_id = ?", jobID).Scan(&n))
+		return n
+	}
+	event := func(jobID, details string) store.AuditEvent {
+		return store.AuditEvent{TS: time.Now(), EventType: "test", JobID: jobID, Details: []byte(details)}
+	}
+
+	t.Run("HeldUntilNextStatement", func(t *testing.T) {
+		// Another session reading uncommitted rows sees the audit row only once a statement
+		// carried it to the server, and the job row with it.
+		dirty, err := raw.Conn(t.Context())
+		require.NoError(t, err)
+		defer dirty.Close()
+		_, err = dirty.ExecContext(t.Context(), "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+		require.NoError(t, err)
+		seen := func(jobID string) int {
+			var n int
+			require.NoError(t, dirty.QueryRowContext(t.Context(),
+				"SELECT COUNT(*) FROM orchestrator_audit WHERE job_id = ?", jobID).Scan(&n))
+			return n
+		}
+		err = s.WithTx(t.Context(), func(tx store.Tx) error {
+			if err := tx.AuditInsert(t.Context(), []store.AuditEvent{event("held", `{"n":1}`)}); err != nil {
+				return err
+			}
+			require.Zero(t, seen("held"), "held, not sent")
+			insertJob(t, tx, "held")
+			require.Equal(t, 1, seen("held"), "sent with the insert")
+			return tx.AuditInsert(t.Context(), []store.AuditEvent{event("held", `{"n":2}`)})
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2, auditRows(t, "held"), "the last held write went with COMMIT")
+	})
+
+	t.Run("OnlyHeldWrites", func(t *testing.T) {
+		err := s.WithTx(t.Context(), func(tx store.Tx) error {
+			return tx.AuditInsert(t.Context(), []store.AuditEvent{event("only-held", `{}`)})
+		})
+		require.NoError(t, err)
+		require.Equal(t, 1, auditRows(t, "only-held"))
+	})
+
+	t.Run("HeldWriteFailsNextStatement", func(t *testing.T) {
+		// The audit row breaks the details CHECK: the statement it goes out with fails, names
+		// it, and nothing of the transaction stays.
+		err := s.WithTx(t.Context(), func(tx store.Tx) error {
+			insertJob(t, tx, "fails-next")
+			if err := tx.AuditInsert(t.Context(), []store.AuditEvent{event("fails-next", `{nope`)}); err != nil {
+				return err
+			}
+			_, err := tx.JobGet(t.Context(), "fails-next")
+			return err
+		})
+		require.ErrorContains(t, err, "insert audit events")
+		_, err = s.JobGet(t.Context(), "fails-next")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		require.Zero(t, auditRows(t, "fails-next"))
+	})
+
+	t.Run("HeldWriteFailsCommit", func(t *testing.T) {
+		err := s.WithTx(t.Context(), func(tx store.Tx) error {
+			insertJob(t, tx, "fails-commit")
+			return tx.AuditInsert(t.Context(), []store.AuditEvent{event("fails-commit", `{nope`)})
+		})
+		require.ErrorContains(t, err, "commit transaction")
+		require.ErrorContains(t, err, "insert audit events")
+		_, err = s.JobGet(t.Context(), "fails-commit")
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+
+	t.Run("HeldLeaseConflictIsConflict", func(t *testing.T) {
+		now := time.Now()
+		l := store.Lease{Token: "lt_fold_dup", Agent: "a", NodeID: "n", Mode: store.LeaseCPU, TTL: time.Minute,
+			Status: store.LeaseActive, CreatedAt: now, ExpiresAt: now.Add(time.Minute), LastHeartbeat: now}
+		require.NoError(t, s.LeaseInsert(t.Context(), []store.Lease{l}))
+		err := s.WithTx(t.Context(), func(tx store.Tx) error {
+			return tx.LeaseInsert(t.Context(), []store.Lease{l})
+		})
+		require.ErrorIs(t, err, store.ErrConflict)
+	})
+
+	t.Run("LargeStatementGoesAlone", func(t *testing.T) {
+		// Over the fold limit the held writes go first, on their own; both land.
+		payload := []byte(`{"blob":"` + strings.Repeat("x", 2<<20) + `"}`)
+		err := s.WithTx(t.Context(), func(tx store.Tx) error {
+			if err := tx.AuditInsert(t.Context(), []store.AuditEvent{event("large", `{}`)}); err != nil {
+				return err
+			}
+			_, _, err := tx.JobInsert(t.Context(), store.JobInsertParams{ID: "large", Type: "noop", Agent: "a",
+				Payload: payload, MaxAttempts: 1, Now: time.Now()})
+			return err
+		})
+		require.NoError(t, err)
+		got, err := s.JobGet(t.Context(), "large")
+		require.NoError(t, err)
+		require.Len(t, got.Payload, len(payload))
+		require.Equal(t, 1, auditRows(t, "large"))
+	})
+
+	t.Run("NoStatements", func(t *testing.T) {
+		require.NoError(t, s.WithTx(t.Context(), func(store.Tx) error { return nil }))
+	})
+
+	t.Run("ConnectionLeftClean", func(t *testing.T) {
+		// After the failures above, the pool's one connection is in no transaction: a write
+		// outside WithTx is visible to another session at once.
+		insertJob(t, s, "clean")
+		var n int
+		require.NoError(t, raw.QueryRowContext(t.Context(),
+			"SELECT COUNT(*) FROM orchestrator_jobs WHERE job_id = 'clean'").Scan(&n))
+		require.Equal(t, 1, n)
+	})
+
+	t.Run("CancelledMidTransaction", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		err := s.WithTx(ctx, func(tx store.Tx) error {
+			insertJob(t, tx, "cancelled")
+			cancel()
+			_, err := tx.JobGet(ctx, "cancelled")
+			return err
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		_, err = s.JobGet(t.Context(), "cancelled")
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+}
