@@ -56,6 +56,7 @@ type options struct {
 	timeout     time.Duration
 	workers     int
 	concurrency int
+	gomaxprocs  int
 	jobType     string
 	mysqlDSN    string
 	redisAddr   string
@@ -108,6 +109,7 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "deadline of each scenario; past it the partial figures are reported")
 	fs.IntVar(&o.workers, "workers", 2, "worker processes the bench starts")
 	fs.IntVar(&o.concurrency, "concurrency", 50, "jobs each worker runs at once")
+	fs.IntVar(&o.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the orchestrator and the workers the bench starts (0: Go's default, the CPUs); see docs/performance.md")
 	fs.StringVar(&o.jobType, "type", "noop", "job type to submit (its handler must be noop)")
 	fs.StringVar(&o.mysqlDSN, "mysql-dsn", cmp.Or(os.Getenv("ORCH_TEST_MYSQL_DSN"), "root@tcp(127.0.0.1:3306)/"),
 		"MariaDB: the server for the bench's own database; with -api-url, the orchestrator's database (…/orchestrator)")
@@ -148,6 +150,9 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	}
 	if o.pprof != "" && !slices.Contains(o.scenarios, o.pprof) {
 		errs = append(errs, fmt.Errorf("-pprof %q: not among -scenarios", o.pprof))
+	}
+	if o.gomaxprocs < 0 {
+		errs = append(errs, errors.New("-gomaxprocs must not be negative"))
 	}
 	if o.n < 1 || o.producers < 1 || o.maxInflight < 1 || o.concurrency < 1 {
 		errs = append(errs, errors.New("-n, -producers, -max-inflight and -concurrency must be positive"))

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -136,6 +137,7 @@ func (s *stack) own(ctx context.Context, o *options, hc *http.Client) error {
 		"ORCH_REDIS_PREFIX=" + s.prefix, "ORCH_HTTP_ADDR=" + addr, "ORCH_API_URL=" + url,
 		"ORCH_LOG_LEVEL=info", "ORCH_LOG_FORMAT=json",
 	}
+	common = append(common, runtimeEnv(o)...)
 	s.workerEnv = slices.Concat(common, []string{"ORCH_API_TOKEN=" + wtok})
 	s.api = newClient(url, admin, hc)
 	if s.db, err = openDB(dsn); err != nil {
@@ -186,6 +188,7 @@ func (s *stack) external(o *options, hc *http.Client) error {
 			"ORCH_CONFIG=" + cfgPath, "ORCH_REDIS_ADDR=" + o.redisAddr, "ORCH_REDIS_PREFIX=" + o.redisPrefix,
 			"ORCH_API_URL=" + o.apiURL, "ORCH_API_TOKEN=" + o.workerToken, "ORCH_LOG_FORMAT=json",
 		}
+		s.workerEnv = append(s.workerEnv, runtimeEnv(o)...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
@@ -393,4 +396,12 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// runtimeEnv is the Go runtime setting of the processes the bench starts (-gomaxprocs).
+func runtimeEnv(o *options) []string {
+	if o.gomaxprocs == 0 {
+		return nil
+	}
+	return []string{"GOMAXPROCS=" + strconv.Itoa(o.gomaxprocs)}
 }
