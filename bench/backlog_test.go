@@ -200,3 +200,11 @@ func TestMergeCounts(t *testing.T) {
 	mergeCounts(&m, map[string]int{"a": 2, "b": 1})
 	require.Equal(t, map[string]int{"a": 3, "b": 1}, m)
 }
+
+func TestNextPoll(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, pollInterval, nextPoll(1000, 0, time.Second), "no rate yet")
+	require.Equal(t, pollIntervalMax, nextPoll(50000, 1000, time.Second), "50 s left: poll every 2 s")
+	require.Equal(t, 500*time.Millisecond, nextPoll(2000, 1000, time.Second), "2 s left: a quarter of it")
+	require.Equal(t, pollInterval, nextPoll(100, 1000, time.Second), "the end is near")
+}

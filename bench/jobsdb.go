@@ -31,9 +31,9 @@ func likePrefix(prefix string) string {
 	return r.Replace(prefix) + "%"
 }
 
-// terminalCounts counts the scenario's jobs in terminal statuses. It is the 100ms poll of the
-// wait for completion, so it is kept cheap: the (type, status) index with the primary key
-// appended covers it, and only terminal rows are read.
+// terminalCounts counts the scenario's jobs in terminal statuses. It is the poll of the wait
+// for completion (waitDone), so it is kept cheap: the (type, status) index with the primary key
+// appended covers it, and only terminal rows are read; still, it reads every one of them.
 func (j jobsDB) terminalCounts(ctx context.Context, prefix string) (map[string]int, error) {
 	const q = `SELECT status, COUNT(*) FROM orchestrator_jobs %s
 		WHERE type = ? AND status IN ('done', 'dead_letter', 'cancelled') AND job_id LIKE ?
