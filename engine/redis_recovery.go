@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
@@ -29,6 +30,9 @@ type RecoveryResult struct {
 	// Requeued counts the jobs handed back to an outbox relay instead (pending jobs not due
 	// yet, for the dispatcher; dead letters whose DLQ entry is gone, for the DLQ relay).
 	Requeued int
+	// Present counts the live jobs whose entry is still in the stream: nothing was lost for
+	// them (a first start, or a loss of other keys), and they are not published again.
+	Present int
 }
 
 // RecoverRedis detects that Redis lost the orchestrator's data and repairs it; the database is
@@ -38,7 +42,10 @@ type RecoveryResult struct {
 // writes), or when a consumer group is missing. Then every consumer group is created again,
 // every non-terminal job is published again (duplicates are harmless: claiming is a
 // compare-and-set), dead letters whose DLQ entry is gone are handed to the DLQ relay, and the
-// marker records the run_id. The marker is first set to a unique "recovering" value and
+// marker records the run_id. A live job whose entry is still in its stream is left as it is
+// (the group, created again from the stream's start, delivers it; the reclaimer settles it
+// when it is pending in the group): so a first start, whose marker is missing too, publishes
+// nothing twice however many jobs were submitted before it ran. The marker is first set to a unique "recovering" value and
 // swapped for the run_id only at the end, so a recovery that fails, or a loss that happens
 // during it, is detected again on the next call.
 func (e *Engine) RecoverRedis(ctx context.Context, fence Fence) (RecoveryResult, error) {
@@ -73,7 +80,8 @@ func (e *Engine) RecoverRedis(ctx context.Context, fence Fence) (RecoveryResult,
 	if !ok {
 		return res, fmt.Errorf("recover redis: the marker changed during the recovery (data lost again?); the next pass recovers again")
 	}
-	e.log.Info("redis recovered", "reason", reason, "republished", res.Republished, "requeued", res.Requeued)
+	e.log.Info("redis recovered", "reason", reason, "republished", res.Republished, "requeued", res.Requeued,
+		"present", res.Present)
 	return res, nil
 }
 
@@ -130,12 +138,17 @@ func (e *Engine) scanRecover(ctx context.Context, fence Fence, typ string, st st
 	}
 }
 
-// recoverLive publishes live jobs again. A pending job that is not due yet cannot be
-// published now (a worker would refuse and drop the entry): its outbox flag is cleared
-// instead, and the dispatcher publishes it when due. A claimed or running job is published
-// too: the entry a worker reads is refused and dropped, which is harmless.
+// recoverLive publishes live jobs again, but for those whose entry survived. A pending job
+// that is not due yet cannot be published now (a worker would refuse and drop the entry): its
+// outbox flag is cleared instead, and the dispatcher publishes it when due. A claimed or
+// running job is published too: the entry a worker reads is refused and dropped, which is
+// harmless.
 func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job, res *RecoveryResult) error {
 	now := e.nowUTC()
+	jobs, err := e.withoutEntries(ctx, jobs, now, res)
+	if err != nil {
+		return err
+	}
 	var (
 		due, live []store.Job
 		clear     []string
@@ -167,6 +180,44 @@ func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job,
 	n, err = e.publishUnmarked(ctx, live)
 	res.Republished += n
 	return err
+}
+
+// withoutEntries drops the jobs whose current entry is still in their type's stream (counted
+// in res.Present).
+func (e *Engine) withoutEntries(ctx context.Context, jobs []store.Job, now time.Time, res *RecoveryResult) ([]store.Job, error) {
+	byStream := map[string][]string{}
+	for _, j := range jobs {
+		if stream := e.entryStream(j, now); stream != "" {
+			byStream[stream] = append(byStream[stream], j.StreamID)
+		}
+	}
+	present := make(map[string]map[string]bool, len(byStream))
+	for stream, ids := range byStream {
+		exists, err := e.streams.EntriesExist(ctx, stream, ids)
+		if err != nil {
+			return nil, err
+		}
+		present[stream] = exists
+	}
+	out := make([]store.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if stream := e.entryStream(j, now); stream != "" && present[stream][j.StreamID] {
+			res.Present++
+			continue
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// entryStream is the stream whose entry j.StreamID is j's live entry: that of a due pending
+// job marked enqueued, or of a claimed or running job; "" when j has none.
+func (e *Engine) entryStream(j store.Job, now time.Time) string {
+	jt := e.cfg.JobType(j.Type)
+	if jt == nil || j.StreamID == "" || (j.Status == store.JobPending && (!j.Enqueued || j.AvailableAt.After(now))) {
+		return ""
+	}
+	return jt.Stream
 }
 
 // recoverDeadLetters hands the published dead letters whose DLQ entry is gone back to the

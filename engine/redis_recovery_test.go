@@ -136,8 +136,30 @@ func TestRecoverRedis(t *testing.T) {
 		require.NoError(t, b.streams.Redis().XGroupDestroy(ctx, b.streams.StreamKey("noop"), streams.GroupName("noop")).Err())
 		rec := b.recover(t)
 		require.Equal(t, engine.RecoveryGroupMissing, rec.Reason)
-		require.Equal(t, 1, rec.Republished)
-		require.Equal(t, []string{job.ID, job.ID}, b.streamJobs(t, "noop"), "duplicates are harmless")
+		require.Zero(t, rec.Republished)
+		require.Equal(t, 1, rec.Present)
+		require.Equal(t, []string{job.ID}, b.streamJobs(t, "noop"), "its entry survived: no duplicate")
+		ds, err := b.streams.Read(ctx, streams.ReadParams{Group: streams.GroupName("noop"), Consumer: "w9", Streams: []string{"noop"}, Count: 10, Block: 10 * time.Millisecond})
+		require.NoError(t, err)
+		require.Len(t, ds, 1, "the group, made again from the stream's start, delivers it")
+		require.Equal(t, job.ID, ds[0].JobID)
+	})
+
+	t.Run("FirstRunAfterSubmits", func(t *testing.T) {
+		// The marker is missing on a first start too; jobs submitted before the first pass
+		// were published by their submits and are not published again.
+		t.Parallel()
+		b := setup(t)
+		pending := b.submit(t, "noop")
+		claimed := b.submit(t, "noop")
+		require.Len(t, b.claim(t, "w1", claimed.ID).Claimed, 1)
+		rec := b.recover(t)
+		require.Equal(t, engine.RecoveryMarkerMissing, rec.Reason)
+		require.Zero(t, rec.Republished)
+		require.Equal(t, 2, rec.Present)
+		want := []string{pending.ID, claimed.ID}
+		slices.Sort(want)
+		require.Equal(t, want, b.streamJobs(t, "noop"))
 	})
 
 	t.Run("InterruptedRecoveryIsRedone", func(t *testing.T) {
@@ -147,9 +169,11 @@ func TestRecoverRedis(t *testing.T) {
 		job := b.submit(t, "noop")
 		// A recovery that died half-way leaves its token in the marker.
 		require.NoError(t, b.streams.SetMarker(ctx, "recovering:0123456789abcdef"))
+		require.NoError(t, b.streams.Redis().XDel(ctx, b.streams.StreamKey("noop"), b.reload(t, job.ID).StreamID).Err())
 		rec := b.recover(t)
 		require.Equal(t, engine.RecoveryRunIDChanged, rec.Reason)
-		require.Equal(t, 1, rec.Republished)
+		require.Equal(t, 1, rec.Republished, "its entry was lost")
+		require.Equal(t, []string{job.ID}, b.streamJobs(t, "noop"))
 		require.Equal(t, store.JobPending, b.reload(t, job.ID).Status)
 		require.Empty(t, b.recover(t).Reason)
 	})

@@ -101,10 +101,15 @@ func (c *Client) DeleteDeadLetters(ctx context.Context, ids ...string) (int64, e
 	return n, nil
 }
 
-// DeadLettersExist reports which of the DLQ entry ids still exist (one pipelined XRANGE per
-// id), so that a recovery after a Redis data loss republishes only the dead letters whose
-// entries are gone.
+// DeadLettersExist reports which of the DLQ entry ids still exist, so that a recovery after a
+// Redis data loss republishes only the dead letters whose entries are gone.
 func (c *Client) DeadLettersExist(ctx context.Context, ids []string) (map[string]bool, error) {
+	return c.EntriesExist(ctx, DLQStream, ids)
+}
+
+// EntriesExist reports which of the entry ids still exist in stream (one pipelined XRANGE per
+// id).
+func (c *Client) EntriesExist(ctx context.Context, stream string, ids []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -112,15 +117,15 @@ func (c *Client) DeadLettersExist(ctx context.Context, ids []string) (map[string
 	pipe := c.rdb.Pipeline()
 	cmds := make([]*redis.XMessageSliceCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.XRangeN(ctx, c.StreamKey(DLQStream), id, id, 1)
+		cmds[i] = pipe.XRangeN(ctx, c.StreamKey(stream), id, id, 1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("look up %d dead letters: %w", len(ids), err)
+		return nil, fmt.Errorf("look up %d entries of %s: %w", len(ids), stream, err)
 	}
 	for i, id := range ids {
 		msgs, err := cmds[i].Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("look up dead letter %s: %w", id, err)
+			return nil, fmt.Errorf("look up entry %s of %s: %w", id, stream, err)
 		}
 		out[id] = len(msgs) > 0
 	}
