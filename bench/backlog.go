@@ -26,6 +26,8 @@ const (
 	// probeSettle is how long the orchestrator's memory is still sampled after a probe's last
 	// answer, once the load has stopped.
 	probeSettle = time.Second
+	// memorySettleMax bounds the wait before a probe for the orchestrator's RSS to settle.
+	memorySettleMax = 30 * time.Second
 	// probeWarmup is how many single submits warm the stack up (connections, pools) before the
 	// first probe, so that the empty queue's rate is not that of a cold start.
 	probeWarmup = 500
@@ -48,6 +50,11 @@ type BacklogProbe struct {
 	// SettleSeconds the wait after it until no pending job was left unmarked (not enqueued).
 	FillPerSec    float64 `json:"fill_per_sec,omitempty"`
 	SettleSeconds float64 `json:"settle_seconds,omitempty"`
+	// MemorySettleSeconds is the wait before the probe for the orchestrator's RSS to stop
+	// falling (rssSettled): a batch fill leaves heap the Go runtime returns to the system
+	// over seconds, which is the fill's, not the backlog's. RSSBeforeMiB is the RSS then.
+	MemorySettleSeconds float64 `json:"memory_settle_seconds,omitempty"`
+	RSSBeforeMiB        float64 `json:"rss_before_mib,omitempty"`
 	// Submitted counts the probe's accepted submits; SubmitErrors the others by code.
 	Submitted    int            `json:"submitted"`
 	SubmitErrors map[string]int `json:"submit_errors,omitempty"`
@@ -264,6 +271,8 @@ func (b *backlogRun) probe(ctx context.Context, name string, target int, ids idS
 
 	var rss *rssSampler
 	if r.st.orch != nil {
+		waited, settled := rssSettled(ctx, r.st.orch.pid(), memorySettleMax)
+		p.MemorySettleSeconds, p.RSSBeforeMiB = seconds(waited), mib(settled)
 		rss = startRSSSampler(r.st.orch.pid())
 	}
 	cpu := cpuSampler{st: r.st}

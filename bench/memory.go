@@ -53,6 +53,39 @@ type rssSampler struct {
 	stop func()
 }
 
+// rssSettled waits at least five seconds, then, up to limit, until pid's RSS has not fallen by
+// more than 1% over the last two seconds, and returns how long it waited and the RSS then
+// (bytes; 0 when unreadable). Right after a load the Go runtime has not started returning the
+// load's heap yet (its scavenger follows the garbage collector), so the RSS looks stable
+// before it falls: hence the minimum.
+func rssSettled(ctx context.Context, pid int, limit time.Duration) (time.Duration, int64) {
+	const (
+		window  = 2 * time.Second
+		minimum = 5 * time.Second
+	)
+	start := time.Now()
+	var samples []int64 // one per rssSampleInterval
+	for {
+		v, ok := procRSS(pid)
+		if !ok {
+			return time.Since(start), 0
+		}
+		samples = append(samples, v)
+		n := int(window / rssSampleInterval)
+		if time.Since(start) >= minimum && len(samples) > n && float64(samples[len(samples)-1-n]-v) <= 0.01*float64(v) {
+			return time.Since(start), v
+		}
+		if time.Since(start) >= limit {
+			return time.Since(start), v
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), v
+		case <-time.After(rssSampleInterval):
+		}
+	}
+}
+
 // rssSampleInterval is how often an rssSampler reads /proc (cheap: no request to the process).
 const rssSampleInterval = 250 * time.Millisecond
 
