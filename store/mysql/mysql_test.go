@@ -28,7 +28,7 @@ func TestConformance(t *testing.T) {
 }
 
 // setup opens a store on a fresh database and returns it with the raw DSN.
-func setup(t *testing.T, opts mysql.Options) (*mysql.Store, string) {
+func setup(t testing.TB, opts mysql.Options) (*mysql.Store, string) {
 	t.Helper()
 	dsn := testenv.MySQLDSN(t)
 	s, err := mysql.Open(t.Context(), dsn, opts)
