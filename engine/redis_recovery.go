@@ -37,17 +37,16 @@ type RecoveryResult struct {
 
 // RecoverRedis detects that Redis lost the orchestrator's data and repairs it; the database is
 // the truth, so nothing is lost for good. Redis is considered to have lost data when the
-// marker key is gone (FLUSHALL, deleted keys, a restart without persistence), when the server's
-// run_id differs from the one recorded in it (a restart or failover may have dropped the newest
-// writes), or when a consumer group is missing. Then every consumer group is created again,
-// every non-terminal job is published again (duplicates are harmless: claiming is a
-// compare-and-set), dead letters whose DLQ entry is gone are handed to the DLQ relay, and the
-// marker records the run_id. A live job whose entry is still in its stream is left as it is
-// (the group, created again from the stream's start, delivers it; the reclaimer settles it
-// when it is pending in the group): so a first start, whose marker is missing too, publishes
-// nothing twice however many jobs were submitted before it ran. The marker is first set to a unique "recovering" value and
-// swapped for the run_id only at the end, so a recovery that fails, or a loss that happens
-// during it, is detected again on the next call.
+// marker key is gone (FLUSHALL, deleted keys, a restart without persistence, or a first
+// start), when the server's run_id differs from the one recorded in it (a restart or failover
+// may have dropped the newest writes), or when a consumer group is missing. Then every consumer
+// group is created again (from the stream's start), every non-terminal job whose entry is gone
+// is published again (a duplicate would be harmless: claiming is a compare-and-set, but a
+// first start after many submits would double the stream), dead letters whose DLQ entry is
+// gone are handed to the DLQ relay, and the marker records the run_id. A job whose entry
+// survived is left to the group, which delivers it, and to the reclaimer. The marker is first
+// set to a unique "recovering" value and swapped for the run_id only at the end, so a recovery
+// that fails, or a loss that happens during it, is detected again on the next call.
 func (e *Engine) RecoverRedis(ctx context.Context, fence Fence) (RecoveryResult, error) {
 	reason, runID, err := e.detectRedisLoss(ctx)
 	if err != nil || reason == "" {
