@@ -88,8 +88,12 @@ func (t *txConn) fold(query string, args []any) (string, []any, []string) {
 }
 
 // flushIfLarge sends what would be folded into query in a round trip of its own when the
-// whole would be large.
+// whole would be large. With nothing to fold (the common case once a transaction has begun) it
+// does not size anything.
 func (t *txConn) flushIfLarge(ctx context.Context, query string, args []any) error {
+	if t.begun && len(t.held) == 0 {
+		return nil
+	}
 	n := stmtBytes(query, args)
 	for _, h := range t.held {
 		n += stmtBytes(h.query, h.args)
