@@ -81,8 +81,8 @@ type ScenarioResult struct {
 	JobsPerSec float64 `json:"jobs_per_sec"`
 	// Window says what Seconds spans.
 	Window string `json:"window"`
-	// WallSeconds and WallJobsPerSec are the same window measured by the bench's clock with the
-	// 100ms polling of the database (a cross-check of Seconds).
+	// WallSeconds and WallJobsPerSec are the same window measured by the bench's clock with its
+	// polling of the database (waitDone: every 100 ms near the end; a cross-check of Seconds).
 	WallSeconds    float64 `json:"wall_seconds,omitempty"`
 	WallJobsPerSec float64 `json:"wall_jobs_per_sec,omitempty"`
 	// SubmitSeconds is the submit phase (first request sent to last answer received).
