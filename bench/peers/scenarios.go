@@ -48,6 +48,21 @@ func (r *Result) finish(rec *recorder, from, to int64) {
 	}
 }
 
+// inserted records the insert phase: n jobs inserted and errs failed in d.
+func (r *Result) inserted(n int, errs int64, d time.Duration) {
+	r.Inserted, r.InsertErrors = n, errs
+	r.InsertSeconds = round3(d.Seconds())
+	r.InsertPerSec = round1(float64(n) / d.Seconds())
+}
+
+// endToEnd waits up to timeout for the handlers and records the window from t0 (the first
+// insert) to the last handler end, with each job's insert -> start latency.
+func (r *Result) endToEnd(rec *recorder, t0 time.Time, timeout time.Duration) {
+	r.TimedOut = !rec.wait(timeout)
+	r.finish(rec, t0.UnixNano(), rec.lastEnd())
+	r.LatencyMs = percentilesMs(rec.lat[:rec.count()])
+}
+
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
 // burndown inserts n jobs with no worker running, then starts the workers and
@@ -62,9 +77,7 @@ func burndown(ctx context.Context, s system, cfg config) (res Result, err error)
 	if err := s.fill(ctx, cfg.n, cfg.producers); err != nil {
 		return res, fmt.Errorf("fill: %w", err)
 	}
-	res.Inserted = cfg.n
-	res.InsertSeconds = round3(time.Since(t0).Seconds())
-	res.InsertPerSec = round1(float64(cfg.n) / time.Since(t0).Seconds())
+	res.inserted(cfg.n, 0, time.Since(t0))
 
 	if err := s.startWorkers(ctx); err != nil {
 		return res, fmt.Errorf("start workers: %w", err)
@@ -99,15 +112,8 @@ func streaming(ctx context.Context, s system, cfg config) (res Result, err error
 		})
 	}
 	wg.Wait()
-	insertDur := time.Since(t0)
-	res.InsertErrors = errs.Load()
-	res.Inserted = cfg.n - int(res.InsertErrors)
-	res.InsertSeconds = round3(insertDur.Seconds())
-	res.InsertPerSec = round1(float64(res.Inserted) / insertDur.Seconds())
-
-	res.TimedOut = !rec.wait(cfg.timeout)
-	res.finish(rec, t0.UnixNano(), rec.lastEnd())
-	res.LatencyMs = percentilesMs(rec.lat[:rec.count()])
+	res.inserted(cfg.n-int(errs.Load()), errs.Load(), time.Since(t0))
+	res.endToEnd(rec, t0, cfg.timeout)
 	return res, s.stopWorkers(ctx)
 }
 
@@ -141,14 +147,7 @@ func latency(ctx context.Context, s system, cfg config) (res Result, err error) 
 		})
 	}
 	wg.Wait()
-	insertDur := time.Since(t0)
-	res.InsertErrors = errs.Load()
-	res.Inserted = total - int(res.InsertErrors)
-	res.InsertSeconds = round3(insertDur.Seconds())
-	res.InsertPerSec = round1(float64(res.Inserted) / insertDur.Seconds())
-
-	res.TimedOut = !rec.wait(cfg.timeout)
-	res.finish(rec, t0.UnixNano(), rec.lastEnd())
-	res.LatencyMs = percentilesMs(rec.lat[:rec.count()])
+	res.inserted(total-int(errs.Load()), errs.Load(), time.Since(t0))
+	res.endToEnd(rec, t0, cfg.timeout)
 	return res, s.stopWorkers(ctx)
 }
