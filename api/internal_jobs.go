@@ -39,17 +39,23 @@ func (s *Server) claim(c *gin.Context) {
 		PoolID:   req.PoolID,
 		NodeID:   req.NodeID,
 		Items:    claimItemsFromWire(req.Jobs),
+		Results:  resultsFromWire(req.Results),
 		InFlight: req.InFlight,
 	})
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
+	if len(req.Results) > 0 {
+		s.traceCompletions(c.Request.Context(), start, client.CompleteRequest{WorkerID: req.WorkerID, Results: req.Results},
+			engine.CompleteResult{Outcomes: res.Outcomes})
+	}
 	s.traceClaims(c.Request.Context(), start, req, res)
 	c.JSON(http.StatusOK, client.ClaimResponse{
-		Claimed: claimedToWire(res.Claimed, res.Leases),
-		Refused: refusalsToWire(res.Refused),
-		Cancel:  res.Cancel,
+		Claimed:  claimedToWire(res.Claimed, res.Leases),
+		Refused:  refusalsToWire(res.Refused),
+		Outcomes: outcomesToWire(res.Outcomes),
+		Cancel:   res.Cancel,
 	})
 }
 
@@ -76,6 +82,9 @@ func validateClaim(req client.ClaimRequest) error {
 		case !streamRefRE.MatchString(it.MessageID):
 			return badRequest(field+".message_id", "must be at most 256 of A-Z a-z 0-9 . _ : -")
 		}
+	}
+	if err := validateResults(req.Results); err != nil {
+		return err
 	}
 	return validateIDs("in_flight", req.InFlight)
 }
@@ -137,10 +146,18 @@ func validateComplete(req client.CompleteRequest) error {
 	if err := validateWorker(req.WorkerID); err != nil {
 		return err
 	}
-	if len(req.Results) > MaxItemsPerCall {
-		return badRequest("results", "at most %d per call, got %d", MaxItemsPerCall, len(req.Results))
+	if err := validateResults(req.Results); err != nil {
+		return err
 	}
-	for i, r := range req.Results {
+	return validateIDs("in_flight", req.InFlight)
+}
+
+// validateResults checks the results of a completion or of a claim that carries them.
+func validateResults(results []client.JobResult) error {
+	if len(results) > MaxItemsPerCall {
+		return badRequest("results", "at most %d per call, got %d", MaxItemsPerCall, len(results))
+	}
+	for i, r := range results {
 		field := fmt.Sprintf("results[%d]", i)
 		switch {
 		case !engine.JobIDPattern.MatchString(r.JobID):
@@ -153,7 +170,7 @@ func validateComplete(req client.CompleteRequest) error {
 			return badRequest(field+".elapsed_us", "must be between 0 and %d", maxElapsed.Microseconds())
 		}
 	}
-	return validateIDs("in_flight", req.InFlight)
+	return nil
 }
 
 // maxElapsed bounds a result's elapsed_us: no attempt runs longer than the longest timeout.

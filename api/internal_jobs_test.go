@@ -115,6 +115,42 @@ func TestWorkerRoundTrip(t *testing.T) {
 	})
 }
 
+// TestClaimWithResults is a worker's round in one call: what ended is recorded, what is next is
+// claimed.
+func TestClaimWithResults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	done, expired, next := b.submitJob(t, "alice"), b.submitJob(t, "alice"), b.submitJob(t, "alice")
+	first := b.claimOne(t, done)
+	stale := b.claimOne(t, expired)
+
+	rec := b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", client.ClaimRequest{
+		WorkerID: "w1", PoolID: "pool-a", NodeID: "node-1",
+		Jobs: []client.ClaimItem{{JobID: next, Stream: "noop"}},
+		Results: []client.JobResult{
+			{JobID: done, Attempt: first.Attempt, LeaseToken: first.LeaseToken, Status: client.ResultDone, Result: []byte(`{"n":1}`)},
+			// Another attempt's lease: the result is stale, and the claim still stands.
+			{JobID: expired, Attempt: stale.Attempt + 1, LeaseToken: stale.LeaseToken, Status: client.ResultDone},
+		},
+	})
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	res := decode[client.ClaimResponse](t, rec)
+	require.Equal(t, []client.CompleteOutcome{
+		{JobID: done, Outcome: client.OutcomeDone, Status: "done"},
+		{JobID: expired, Outcome: client.OutcomeStale, Status: "claimed"},
+	}, res.Outcomes)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, next, res.Claimed[0].JobID)
+	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+done, "alice", nil))
+	require.Equal(t, "done", job.Status)
+	require.JSONEq(t, `{"n":1}`, string(job.Result))
+
+	// A claim without results answers no outcomes.
+	rec = b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", `{"worker_id":"w1","jobs":[]}`)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.NotContains(t, rec.Body.String(), "outcomes")
+}
+
 func TestWorkerBadInput(t *testing.T) {
 	t.Parallel()
 	b := setupDown(t)
@@ -142,6 +178,8 @@ func TestWorkerBadInput(t *testing.T) {
 		{"ClaimBadMessageID", "claim", `{"worker_id":"w1","jobs":[{"job_id":"ok","message_id":"1 2"}]}`, "jobs[0].message_id"},
 		{"ClaimBadInFlight", "claim", `{"worker_id":"w1","jobs":[],"in_flight":["a","b c"]}`, "in_flight[1]"},
 		{"ClaimUnknownField", "claim", `{"worker_id":"w1","jobs":[],"lease":1}`, "lease"},
+		{"ClaimBadResultStatus", "claim", `{"worker_id":"w1","jobs":[],"results":[{"job_id":"a","status":"ok"}]}`, "results[0].status"},
+		{"ClaimBadResultJobID", "claim", `{"worker_id":"w1","jobs":[],"results":[{"job_id":"a b","status":"done"}]}`, "results[0].job_id"},
 		{"StartNoWorker", "start", `{"job_ids":["a"]}`, "worker_id"},
 		{"StartTooMany", "start", `{"worker_id":"w1","job_ids":` + ids(MaxItemsPerCall+1) + `}`, "job_ids"},
 		{"StartBadJobID", "start", `{"worker_id":"w1","job_ids":["a","%"]}`, "job_ids[1]"},

@@ -151,6 +151,10 @@ type ClaimRequest struct {
 	PoolID   string      `json:"pool_id,omitempty"`
 	NodeID   string      `json:"node_id,omitempty"`
 	Jobs     []ClaimItem `json:"jobs"`
+	// Results are attempts that ended, recorded before the claim in the same transaction (the
+	// answer's Outcomes): a worker reports what finished and takes what is next in one call.
+	// Each result is checked as POST /internal/jobs/complete checks it.
+	Results []JobResult `json:"results,omitempty"`
 	// InFlight are the jobs the worker is running; the answer says which of them were cancelled.
 	InFlight []string `json:"in_flight,omitempty"`
 }
@@ -194,6 +198,10 @@ type ClaimRefusal struct {
 type ClaimResponse struct {
 	Claimed []ClaimedJob   `json:"claimed"`
 	Refused []ClaimRefusal `json:"refused"`
+	// Outcomes say what became of the request's Results, in their order. Unlike a completion,
+	// a claim whose every result carries an expired lease is not refused as a whole: those
+	// results are lease_expired here and the claim stands.
+	Outcomes []CompleteOutcome `json:"outcomes,omitempty"`
 	// Cancel lists in-flight jobs whose handlers must be cancelled.
 	Cancel []string `json:"cancel,omitempty"`
 }

@@ -19,6 +19,12 @@ import (
 // drops them). A GPU job that no GPU of the node has room for is refused with retry_later and
 // stays pending: that is not a failed attempt, and the worker leaves the entry for later
 // delivery and backs off.
+//
+// The results a claim carries (ClaimParams.Results) are recorded first, in the same
+// transaction, exactly as Complete records them; their leases are released before the new ones
+// are placed, so the memory a finished GPU job frees is there for the next one. A result whose
+// lease expired is reported as lease_expired among the outcomes and the claim goes on (Complete
+// refuses such a call as a whole; here the claim is still good).
 func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	if p.WorkerID == "" {
 		return ClaimResult{}, invalid("worker_id", "is required")
@@ -27,13 +33,24 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 	var res ClaimResult
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
 		res = ClaimResult{Leases: map[string]store.Lease{}}
-		ids := make([]string, 0, len(p.Items))
+		ids := make([]string, 0, len(p.Results)+len(p.Items))
+		for _, r := range p.Results {
+			ids = append(ids, r.JobID)
+		}
 		for _, it := range p.Items {
 			ids = append(ids, it.JobID)
 		}
+		// Every job of the call is locked at once, before any lease: the lock order of every
+		// transaction that writes both.
 		byID, err := jobsByID(ctx, tx, ids, true)
 		if err != nil {
 			return err
+		}
+		var events []store.AuditEvent
+		if len(p.Results) > 0 {
+			if res.Outcomes, events, err = e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, now); err != nil {
+				return err
+			}
 		}
 		claimable, gpuJobs := e.claimable(p.Items, byID, now, &res)
 		// Lock the node's GPUs before any non-locking read of the transaction, so the
@@ -72,10 +89,11 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 			granted = append(granted, lease)
 			res.Leases[job.ID] = lease
 		}
-		events, err := transitionAll(ctx, tx, plans)
+		claimEvents, err := transitionAll(ctx, tx, plans)
 		if err != nil {
 			return err
 		}
+		events = append(events, claimEvents...)
 		for i, pl := range plans {
 			events = append(events, leases.GrantedEvent(granted[i], actor))
 			res.Claimed = append(res.Claimed, *pl.job)

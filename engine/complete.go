@@ -25,78 +25,20 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 	now := e.nowUTC()
 	var res CompleteResult
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
-		res = CompleteResult{Outcomes: make([]Outcome, 0, len(p.Results))}
 		ids := make([]string, 0, len(p.Results))
-		tokens := make([]string, 0, len(p.Results))
 		for _, r := range p.Results {
 			ids = append(ids, r.JobID)
-			tokens = append(tokens, r.LeaseToken)
 		}
 		// Jobs first, then leases: the lock order of every transaction that writes both.
 		byID, err := jobsByID(ctx, tx, ids, true)
 		if err != nil {
 			return err
 		}
-		held, err := leasesByToken(ctx, tx, tokens)
+		outcomes, events, err := e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, now)
 		if err != nil {
 			return err
 		}
-		var (
-			plans    []plan
-			releases []leases.Change
-			// The jobs and leases this call already settles: a result listed twice is stale the
-			// second time.
-			settled  = map[string]bool{}
-			released = map[string]bool{}
-			actor    = "worker:" + p.WorkerID
-			status   = make([]*store.Job, len(p.Results)) // whose status each outcome reports
-		)
-		release := func(l *store.Lease, details map[string]any) {
-			if l != nil && l.Status == store.LeaseActive && !released[l.Token] {
-				released[l.Token] = true
-				releases = append(releases, leases.Change{Lease: l, To: store.LeaseReleased, Details: details})
-			}
-		}
-		for i, r := range p.Results {
-			job, ok := byID[r.JobID]
-			status[i] = job
-			lease := held[r.LeaseToken]
-			if lease != nil && lease.JobID != r.JobID {
-				lease = nil // a token of another job proves nothing about this one
-			}
-			if lease != nil && leaseExpired(lease, now) {
-				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeLeaseExpired})
-				continue
-			}
-			if !ok || settled[job.ID] || !e.ownsAttempt(job, p.WorkerID, r) {
-				// A live lease that is not the job's current one (the job was cancelled, or
-				// settled otherwise) is of no use to anyone any more.
-				if lease != nil && (!ok || job.LeaseToken != lease.Token) {
-					release(lease, map[string]any{"reason": "stale result"})
-				}
-				res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeStale})
-				continue
-			}
-			settled[job.ID] = true
-			release(lease, map[string]any{"attempt": job.Attempts, "done": r.Done})
-			pl, outcome := e.finish(job, actor, r, now)
-			plans = append(plans, pl)
-			res.Outcomes = append(res.Outcomes, Outcome{JobID: r.JobID, Outcome: outcome})
-		}
-		events, err := leases.TransitionMany(ctx, tx, releases, now, actor)
-		if err != nil {
-			return err
-		}
-		jobEvents, err := transitionAll(ctx, tx, plans)
-		if err != nil {
-			return err
-		}
-		events = append(events, jobEvents...)
-		for i := range res.Outcomes {
-			if status[i] != nil {
-				res.Outcomes[i].Status = status[i].Status
-			}
-		}
+		res = CompleteResult{Outcomes: outcomes}
 		if err := tx.AuditInsert(ctx, events); err != nil {
 			return err
 		}
@@ -107,6 +49,79 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		return CompleteResult{}, fmt.Errorf("complete jobs: %w", err)
 	}
 	return res, nil
+}
+
+// completeIn records results inside tx (see Complete) and returns their outcomes, in order, and
+// the audit events to insert. byID holds the results' jobs, locked: it must be read before any
+// lease of the transaction, the lock order of every transaction that writes both. The jobs in
+// byID move to their new status.
+func (e *Engine) completeIn(ctx context.Context, tx store.Tx, workerID string, results []Result,
+	byID map[string]*store.Job, now time.Time) ([]Outcome, []store.AuditEvent, error) {
+	outcomes := make([]Outcome, 0, len(results))
+	tokens := make([]string, 0, len(results))
+	for _, r := range results {
+		tokens = append(tokens, r.LeaseToken)
+	}
+	held, err := leasesByToken(ctx, tx, tokens)
+	if err != nil {
+		return nil, nil, err
+	}
+	var (
+		plans    []plan
+		releases []leases.Change
+		// The jobs and leases this call already settles: a result listed twice is stale the
+		// second time.
+		settled  = map[string]bool{}
+		released = map[string]bool{}
+		actor    = "worker:" + workerID
+		status   = make([]*store.Job, len(results)) // whose status each outcome reports
+	)
+	release := func(l *store.Lease, details map[string]any) {
+		if l != nil && l.Status == store.LeaseActive && !released[l.Token] {
+			released[l.Token] = true
+			releases = append(releases, leases.Change{Lease: l, To: store.LeaseReleased, Details: details})
+		}
+	}
+	for i, r := range results {
+		job, ok := byID[r.JobID]
+		status[i] = job
+		lease := held[r.LeaseToken]
+		if lease != nil && lease.JobID != r.JobID {
+			lease = nil // a token of another job proves nothing about this one
+		}
+		if lease != nil && leaseExpired(lease, now) {
+			outcomes = append(outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeLeaseExpired})
+			continue
+		}
+		if !ok || settled[job.ID] || !e.ownsAttempt(job, workerID, r) {
+			// A live lease that is not the job's current one (the job was cancelled, or
+			// settled otherwise) is of no use to anyone any more.
+			if lease != nil && (!ok || job.LeaseToken != lease.Token) {
+				release(lease, map[string]any{"reason": "stale result"})
+			}
+			outcomes = append(outcomes, Outcome{JobID: r.JobID, Outcome: OutcomeStale})
+			continue
+		}
+		settled[job.ID] = true
+		release(lease, map[string]any{"attempt": job.Attempts, "done": r.Done})
+		pl, outcome := e.finish(job, actor, r, now)
+		plans = append(plans, pl)
+		outcomes = append(outcomes, Outcome{JobID: r.JobID, Outcome: outcome})
+	}
+	events, err := leases.TransitionMany(ctx, tx, releases, now, actor)
+	if err != nil {
+		return nil, nil, err
+	}
+	jobEvents, err := transitionAll(ctx, tx, plans)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range outcomes {
+		if status[i] != nil {
+			outcomes[i].Status = status[i].Status
+		}
+	}
+	return outcomes, append(events, jobEvents...), nil
 }
 
 // leaseExpired reports whether a lease has expired: the purger marked it, or its expiry passed

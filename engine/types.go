@@ -31,6 +31,10 @@ type ClaimParams struct {
 	PoolID   string
 	NodeID   string
 	Items    []ClaimItem
+	// Results are attempts the worker finished, recorded in the claim's transaction before
+	// anything is claimed, as a completion would record them: one round trip and one commit
+	// for a worker's round of "report what ended, take what is next".
+	Results  []Result
 	InFlight []string // jobs the worker runs now; the result says which were cancelled
 }
 
@@ -58,7 +62,9 @@ type ClaimResult struct {
 	// Leases are the leases of the claimed jobs, by job id.
 	Leases  map[string]store.Lease
 	Refused []Refusal
-	Cancel  []string
+	// Outcomes say what became of ClaimParams.Results, in their order.
+	Outcomes []Outcome
+	Cancel   []string
 }
 
 // StartParams reports that the handlers of jobs began.

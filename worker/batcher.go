@@ -98,8 +98,12 @@ func (b *batcher[T]) run(ctx context.Context) {
 			b.drain(ctx)
 			return
 		}
-		b.flush(ctx, b.take())
-		busy = true
+		// Another goroutine may have taken the items meanwhile (a claim carries results along).
+		items := b.take()
+		if len(items) > 0 {
+			b.flush(ctx, items)
+		}
+		busy = len(items) > 0
 	}
 }
 

@@ -59,50 +59,93 @@ func (w *Worker) read(ctx, readCtx context.Context, t *config.JobType) {
 // claim claims the entries in one API call and starts the claimed jobs. The entries hold one
 // slot each, which claim hands over to the jobs or gives back. It reports whether the API
 // answered retry_later for some entry, so the reader backs off.
+//
+// Results waiting for their report ride along with the claim (the call records them first, in
+// the same transaction), which saves the worker a call and the orchestrator a commit. If the
+// claim cannot be made with them, they go back to their batcher and the claim is made alone.
 func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Delivery) (retryLater bool) {
-	byJob := map[string][]streams.Delivery{}
-	var items []client.ClaimItem
-	var drop []streams.Delivery
-	for _, d := range ds {
-		if d.JobID == "" {
-			drop = append(drop, d) // not an entry of ours: nothing to claim, ever
-			continue
-		}
-		if _, dup := byJob[d.JobID]; !dup {
-			items = append(items, client.ClaimItem{JobID: d.JobID, Stream: d.Stream, MessageID: d.ID, TraceParent: d.TraceParent})
-		}
-		// Duplicate entries of one job ride along and are acked with it.
-		byJob[d.JobID] = append(byJob[d.JobID], d)
-	}
-	if len(drop) > 0 {
-		w.log.Warn("dropping stream entries without a job_id", "stream", t.Stream, "count", len(drop))
+	cb := newClaimBatch(ds)
+	if len(cb.drop) > 0 {
+		w.log.Warn("dropping stream entries without a job_id", "stream", t.Stream, "count", len(cb.drop))
 	}
 	var resp client.ClaimResponse
-	if len(items) > 0 {
-		req := client.ClaimRequest{
-			WorkerID: w.cfg.WorkerID, PoolID: w.cfg.PoolID, NodeID: w.cfg.NodeID,
-			Jobs: items, InFlight: w.runningIDs(),
+	if len(cb.items) > 0 {
+		runs := w.results.take()
+		// The call itself must not be cut by shutdown: a claim the API made but whose answer
+		// was lost leaves jobs waiting for their lease to expire.
+		callCtx := context.WithoutCancel(ctx)
+		var err error
+		resp, err = w.claimCall(ctx, callCtx, cb.items, runs)
+		if err != nil && len(runs) > 0 {
+			w.requeueResults(runs)
+			runs = nil
+			if ctx.Err() == nil {
+				w.log.Warn("claim with results failed; claiming alone, results reported on their own", "error", err)
+				resp, err = w.claimCall(ctx, callCtx, cb.items, nil)
+			}
 		}
-		err := w.retry(ctx, "claim jobs", isRefusedBatch, func(context.Context) error {
-			var err error
-			// The call itself must not be cut by shutdown: a claim the API made but whose
-			// answer was lost leaves jobs waiting for their lease to expire.
-			resp, err = w.cfg.API.Claim(context.WithoutCancel(ctx), req)
-			return err
-		})
 		if err != nil {
 			// Shutting down, or the API refuses the batch itself: leave the entries pending;
 			// the reclaimer resolves them against the job rows.
 			w.log.Warn("claim abandoned; entries left to the reclaimer", "error", err, "count", len(ds))
 			w.slots.release(len(ds))
-			w.ack(drop)
+			w.ack(cb.drop)
 			return ctx.Err() == nil
 		}
+		w.settleResults(runs, resp.Outcomes, 0)
 	}
+	return w.applyClaim(t, ds, cb, resp)
+}
+
+// claimBatch is what a claim asks for: one item per job (duplicate entries of a job ride along
+// with it, by job), and the entries that name no job.
+type claimBatch struct {
+	items []client.ClaimItem
+	byJob map[string][]streams.Delivery
+	drop  []streams.Delivery
+}
+
+func newClaimBatch(ds []streams.Delivery) claimBatch {
+	cb := claimBatch{byJob: map[string][]streams.Delivery{}}
+	for _, d := range ds {
+		if d.JobID == "" {
+			cb.drop = append(cb.drop, d) // not an entry of ours: nothing to claim, ever
+			continue
+		}
+		if _, dup := cb.byJob[d.JobID]; !dup {
+			cb.items = append(cb.items, client.ClaimItem{JobID: d.JobID, Stream: d.Stream, MessageID: d.ID, TraceParent: d.TraceParent})
+		}
+		// Duplicate entries of one job ride along and are acked with it.
+		cb.byJob[d.JobID] = append(cb.byJob[d.JobID], d)
+	}
+	return cb
+}
+
+// claimCall makes one claim call, with the results of runs if any, retrying what a retry can
+// change while ctx lasts; callCtx carries each call.
+func (w *Worker) claimCall(ctx, callCtx context.Context, items []client.ClaimItem, runs []*run) (client.ClaimResponse, error) {
+	var resp client.ClaimResponse
+	err := w.retry(ctx, "claim jobs", isRefusedBatch, func(context.Context) error {
+		req := client.ClaimRequest{
+			WorkerID: w.cfg.WorkerID, PoolID: w.cfg.PoolID, NodeID: w.cfg.NodeID,
+			Jobs: items, Results: resultsOf(runs), InFlight: w.runningIDs(),
+		}
+		var err error
+		resp, err = w.cfg.API.Claim(callCtx, req)
+		return err
+	})
+	return resp, err
+}
+
+// applyClaim starts the jobs a claim answer gave this worker and settles the other entries:
+// refused ones are acked and dropped (retry_later ones left for later delivery), and their
+// slots given back. It reports whether some entry was refused with retry_later.
+func (w *Worker) applyClaim(t *config.JobType, ds []streams.Delivery, cb claimBatch, resp client.ClaimResponse) (retryLater bool) {
 	w.cancelJobs(resp.Cancel)
+	drop := cb.drop
 	claimed := map[string]bool{}
 	for _, cj := range resp.Claimed {
-		mine := byJob[cj.JobID]
+		mine := cb.byJob[cj.JobID]
 		if len(mine) == 0 || claimed[cj.JobID] {
 			w.log.Error("claim answer names a job not asked for", "job_id", cj.JobID)
 			continue
@@ -112,7 +155,7 @@ func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Deli
 		w.claimed.Add(1)
 	}
 	for _, rf := range resp.Refused {
-		mine := byJob[rf.JobID]
+		mine := cb.byJob[rf.JobID]
 		if len(mine) == 0 || claimed[rf.JobID] {
 			continue
 		}
@@ -126,7 +169,7 @@ func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Deli
 		w.log.Debug("claim refused; dropping entry", "job_id", rf.JobID, "reason", rf.Reason)
 		drop = append(drop, mine...)
 	}
-	for id, mine := range byJob {
+	for id, mine := range cb.byJob {
 		if !claimed[id] {
 			w.log.Warn("claim answer does not mention a job; entry left to the reclaimer", "job_id", id)
 			w.slots.release(len(mine))

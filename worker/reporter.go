@@ -47,17 +47,19 @@ func (w *Worker) flushStarts(ctx context.Context, runs []*run) {
 // bad result cannot hold the others back. The one refusal that drops results is an expired
 // lease (409 lease_expired for the whole call, or the lease_expired outcome of one result):
 // this worker lost those jobs to a rescue, and another worker runs them now.
+//
+// When entries wait in a stream of the worker's, the results first try to go out with a claim
+// of as many entries as they hold slots (claimAlong), so a busy worker reports and refills in
+// one call.
 func (w *Worker) flushResults(ctx context.Context, runs []*run) {
+	if w.claimAlong(ctx, runs) {
+		return
+	}
 	var resp client.CompleteResponse
 	err := w.retry(ctx, "report job results",
 		func(err error) bool { return isLeaseExpired(err) || (len(runs) > 1 && isPermanentAPIError(err)) },
 		func(ctx context.Context) error {
-			req := client.CompleteRequest{WorkerID: w.cfg.WorkerID, Results: make([]client.JobResult, len(runs)),
-				InFlight: w.runningIDs()}
-			for i, r := range runs {
-				req.Results[i] = r.result
-				req.Results[i].ElapsedUS = time.Since(r.began).Microseconds()
-			}
+			req := client.CompleteRequest{WorkerID: w.cfg.WorkerID, Results: resultsOf(runs), InFlight: w.runningIDs()}
 			var err error
 			resp, err = w.cfg.API.Complete(ctx, req)
 			return err
@@ -85,7 +87,37 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 		return
 	}
 	w.cancelJobs(resp.Cancel)
-	for _, o := range resp.Outcomes {
+	w.settleResults(runs, resp.Outcomes, 0)
+}
+
+// resultsOf is the report of runs' results, each with its elapsed time as of now.
+func resultsOf(runs []*run) []client.JobResult {
+	if len(runs) == 0 {
+		return nil
+	}
+	out := make([]client.JobResult, len(runs))
+	for i, r := range runs {
+		out[i] = r.result
+		out[i].ElapsedUS = time.Since(r.began).Microseconds()
+	}
+	return out
+}
+
+// requeueResults hands results that a call could not report back to the results batcher.
+func (w *Worker) requeueResults(runs []*run) {
+	for _, r := range runs {
+		w.results.Add(r)
+	}
+}
+
+// settleResults ends runs whose results the API answered (outcomes): it logs what was not
+// recorded, acks the entries and gives back their slots, less keep slots that the caller takes
+// over for entries it read in the same round.
+func (w *Worker) settleResults(runs []*run, outcomes []client.CompleteOutcome, keep int) {
+	if len(runs) == 0 {
+		return
+	}
+	for _, o := range outcomes {
 		switch o.Outcome {
 		case client.OutcomeStale:
 			w.log.Info("result not recorded: the job is no longer this worker's attempt", "job_id", o.JobID,
@@ -102,7 +134,7 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 		ds = append(ds, r.deliveries...)
 	}
 	w.ack(ds)
-	w.releaseRuns(runs)
+	w.releaseRunsKeeping(runs, keep)
 }
 
 // isLeaseExpired reports the API's refusal of a completion whose every result carries an
@@ -113,7 +145,11 @@ func isLeaseExpired(err error) bool {
 }
 
 // releaseRuns ends the runs: their slots come back and their leases are no longer renewed.
-func (w *Worker) releaseRuns(runs []*run) {
+func (w *Worker) releaseRuns(runs []*run) { w.releaseRunsKeeping(runs, 0) }
+
+// releaseRunsKeeping ends the runs but gives back keep fewer slots than they hold: the caller
+// holds those from now on.
+func (w *Worker) releaseRunsKeeping(runs []*run, keep int) {
 	n := 0
 	w.mu.Lock()
 	for _, r := range runs {
@@ -121,5 +157,5 @@ func (w *Worker) releaseRuns(runs []*run) {
 		delete(w.held, r)
 	}
 	w.mu.Unlock()
-	w.slots.release(n)
+	w.slots.release(n - keep)
 }

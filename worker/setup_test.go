@@ -59,6 +59,11 @@ type fakeAPI struct {
 	// expired are lease tokens whose results are refused with lease_expired (as an outcome;
 	// a call whose every result is expired gets the API's 409).
 	expired map[string]bool
+	// resultsWithClaims counts the results that came with a claim rather than a completion.
+	resultsWithClaims int
+	// refuseWithResults counts claims carrying results to refuse with a 400;
+	// refusedWithResults counts those refused.
+	refuseWithResults, refusedWithResults int
 }
 
 func newFakeAPI() *fakeAPI {
@@ -104,6 +109,16 @@ func (f *fakeAPI) Claim(_ context.Context, req client.ClaimRequest) (client.Clai
 		return client.ClaimResponse{}, err
 	}
 	resp := client.ClaimResponse{Cancel: f.cancelList(req.InFlight)}
+	if len(req.Results) > 0 && f.refuseWithResults > 0 {
+		f.refuseWithResults--
+		f.refusedWithResults++
+		return client.ClaimResponse{}, &client.APIError{StatusCode: 400, Code: "invalid_request", Message: "injected refusal"}
+	}
+	if len(req.Results) > 0 {
+		// Recorded first, as the API does; an expired lease is an outcome here, never a 409.
+		f.resultsWithClaims += len(req.Results)
+		resp.Outcomes = f.record(req.Results)
+	}
 	for _, it := range req.Jobs {
 		f.claims[it.JobID]++
 		j := f.jobs[it.JobID]
@@ -156,10 +171,17 @@ func (f *fakeAPI) Complete(_ context.Context, req client.CompleteRequest) (clien
 		}
 		return client.CompleteResponse{}, &client.APIError{StatusCode: 409, Code: client.CodeLeaseExpired, Message: "expired"}
 	}
-	for _, r := range req.Results {
+	resp.Outcomes = f.record(req.Results)
+	return resp, nil
+}
+
+// record records results and returns their outcomes; f.mu is held.
+func (f *fakeAPI) record(results []client.JobResult) []client.CompleteOutcome {
+	var out []client.CompleteOutcome
+	for _, r := range results {
 		if f.expired[r.LeaseToken] {
 			f.outcomes[r.JobID] = client.OutcomeLeaseExpired
-			resp.Outcomes = append(resp.Outcomes, client.CompleteOutcome{JobID: r.JobID, Outcome: client.OutcomeLeaseExpired})
+			out = append(out, client.CompleteOutcome{JobID: r.JobID, Outcome: client.OutcomeLeaseExpired})
 			continue
 		}
 		if !f.started[r.JobID] {
@@ -174,9 +196,9 @@ func (f *fakeAPI) Complete(_ context.Context, req client.CompleteRequest) (clien
 		}
 		f.results[r.JobID] = r
 		f.outcomes[r.JobID] = outcome
-		resp.Outcomes = append(resp.Outcomes, client.CompleteOutcome{JobID: r.JobID, Outcome: outcome, Status: outcome})
+		out = append(out, client.CompleteOutcome{JobID: r.JobID, Outcome: outcome, Status: outcome})
 	}
-	return resp, nil
+	return out
 }
 
 func (f *fakeAPI) RenewLeases(_ context.Context, req client.RenewRequest) (client.RenewResponse, error) {

@@ -52,6 +52,13 @@ type Worker struct {
 	// is reported (or given up).
 	held map[*run]struct{}
 
+	// closing is set once Run's context ended: no new work is claimed from then on.
+	closing atomic.Bool
+	// alongTurn picks the job type whose stream claimAlong reads next; alongPausedUntil (unix
+	// nanoseconds) pauses claimAlong after a retry_later.
+	alongTurn        atomic.Uint32
+	alongPausedUntil atomic.Int64
+
 	ran atomic.Bool
 	// claimed counts the jobs claimed since start; heartbeats report it (worker/registry.go).
 	claimed atomic.Int64
@@ -130,6 +137,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started", "types", names, "concurrency", w.cfg.Concurrency, "batch", w.cfg.Batch)
 
 	<-ctx.Done()
+	w.closing.Store(true)
 	w.log.Info("worker shutting down", "running", w.runningCount(), "grace", w.cfg.ShutdownGrace.String())
 	w.readers.Wait()
 	w.drainHandlers()

@@ -279,3 +279,72 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	require.ErrorContains(t, err, "worker id is required")
 	require.ErrorContains(t, err, `handler "missing" is not registered`)
 }
+
+// TestWorkerReportsAndRefillsInOneCall: a worker whose slots are all busy sends its results
+// with the claim of the entries that wait (claimAlong, or a reader's claim taking queued
+// results along), never runs more than its concurrency, and runs every job once.
+func TestWorkerReportsAndRefillsInOneCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := newBlockingHandler(400)
+	close(h.gate) // every job ends at once: the results pile up faster than calls go out
+	b.reg.Register("block", h)
+	cfg := b.cfg(jobType("noop", "block"))
+	cfg.Concurrency, cfg.Batch = 4, 10
+	ids := jobIDs("r", 300)
+	b.publish(t, "noop", "noop", `{}`, ids...)
+	w, _ := b.start(t, cfg)
+
+	require.Eventually(t, func() bool { return b.api.resultCount() == len(ids) }, 20*time.Second, 5*time.Millisecond)
+	_, peak := h.counts()
+	require.LessOrEqual(t, peak, 4, "peak concurrency")
+	b.requirePending(t, "noop", 0)
+	require.Eventually(t, func() bool { return w.slots.inUse() <= 1 }, 5*time.Second, time.Millisecond,
+		"every slot comes back but the one a waiting reader holds")
+	b.api.mu.Lock()
+	defer b.api.mu.Unlock()
+	for _, id := range ids {
+		require.Equal(t, 1, b.api.claims[id], "job %s claimed once", id)
+		require.Equal(t, client.OutcomeDone, b.api.outcomes[id], "job %s", id)
+	}
+	require.Positive(t, b.api.resultsWithClaims, "results rode along with claims")
+}
+
+// TestWorkerClaimRefusedWithResults: when a claim that carries results is refused as a whole,
+// the results are reported on their own and the claim is made alone; nothing is lost.
+func TestWorkerClaimRefusedWithResults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := newBlockingHandler(400)
+	close(h.gate)
+	b.reg.Register("block", h)
+	b.api.mu.Lock()
+	b.api.refuseWithResults = 1000 // every one
+	b.api.mu.Unlock()
+	ids := jobIDs("f", 100)
+	b.publish(t, "noop", "noop", `{}`, ids...)
+	cfg := b.cfg(jobType("noop", "block"))
+	cfg.Concurrency, cfg.Batch = 4, 10
+	w, _ := b.start(t, cfg)
+
+	// Refused claims leave their entries to the reclaimer; every job that was claimed ends
+	// with its result recorded, and no slot stays taken.
+	require.Eventually(t, func() bool {
+		b.api.mu.Lock()
+		defer b.api.mu.Unlock()
+		claimed := 0
+		for _, j := range b.api.jobs {
+			if j.status != "pending" {
+				claimed++
+			}
+		}
+		return claimed > 0 && claimed == len(b.api.results) && b.api.refusedWithResults > 0
+	}, 20*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return w.slots.inUse() <= 1 }, 5*time.Second, time.Millisecond)
+	b.api.mu.Lock()
+	defer b.api.mu.Unlock()
+	require.Zero(t, b.api.resultsWithClaims)
+	for id, n := range b.api.claims {
+		require.LessOrEqual(t, n, 1, "job %s claimed once at most", id)
+	}
+}
