@@ -1,0 +1,1 @@
+CREATE INDEX idx_jobs_worker ON orchestrator_jobs (worker_id);
