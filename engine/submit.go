@@ -200,7 +200,8 @@ func (e *Engine) publishInTx(ctx context.Context, tx store.Tx, jobs []store.Job,
 			"first_job_id", jobs[0].ID, "error", err)
 		return nil
 	}
-	if _, err := tx.JobMarkEnqueued(ctx, marks); err != nil {
+	// The rows are this transaction's own: the mark goes out with the COMMIT, not on its own.
+	if err := tx.JobMarkPublished(ctx, marks); err != nil {
 		return err
 	}
 	byID := make(map[string]string, len(marks))

@@ -203,6 +203,11 @@ type JobExecutor interface {
 	// JobMarkEnqueued sets enqueued=1 and stream_id for each entry that still matches (pending,
 	// not enqueued, same attempts); it returns how many rows changed.
 	JobMarkEnqueued(ctx context.Context, marks []JobEnqueued) (int, error)
+	// JobMarkPublished is JobMarkEnqueued for jobs the calling transaction inserted itself: the
+	// rows are its own and locked, so every mark matches and nothing is counted. That lets a
+	// driver send it with the transaction's next statement or its commit (store/mysql/txconn.go)
+	// instead of on a round trip of its own; an error then fails that statement.
+	JobMarkPublished(ctx context.Context, marks []JobEnqueued) error
 }
 
 // AuditExecutor is the operations on orchestrator_audit.

@@ -181,26 +181,9 @@ func (e executor) JobListDispatchable(ctx context.Context, now time.Time, limit 
 // not enqueued, same attempts), in one UPDATE per 500 marks. When an id appears twice in a
 // chunk the first mark wins.
 func (e executor) JobMarkEnqueued(ctx context.Context, marks []store.JobEnqueued) (int, error) {
-	marks = slices.DeleteFunc(slices.Clone(marks), func(m store.JobEnqueued) bool { return !asciiID(m.ID) })
 	total := 0
-	for chunk := range slices.Chunk(marks, batchChunk) {
-		var (
-			streamCase, attemptsCase strings.Builder
-			streamArgs, attemptArgs  []any
-			ids                      = make([]any, len(chunk))
-		)
-		for i, m := range chunk {
-			streamCase.WriteString(" WHEN ? THEN ?")
-			attemptsCase.WriteString(" WHEN ? THEN ?")
-			streamArgs = append(streamArgs, m.ID, m.StreamID)
-			attemptArgs = append(attemptArgs, m.ID, m.Attempts)
-			ids[i] = m.ID
-		}
-		q := "UPDATE orchestrator_jobs " + byKey + " SET enqueued = 1, stream_id = CASE job_id" +
-			streamCase.String() + " END WHERE job_id IN (" + placeholders(len(chunk)) +
-			") AND status = ? AND enqueued = 0 AND attempts = CASE job_id" +
-			attemptsCase.String() + " END"
-		args := slices.Concat(streamArgs, ids, []any{store.JobPending}, attemptArgs)
+	for chunk := range slices.Chunk(asciiMarks(marks), batchChunk) {
+		q, args := markEnqueuedStmt(chunk)
 		res, err := e.q.ExecContext(ctx, q, args...)
 		if err != nil {
 			return total, fmt.Errorf("mark jobs enqueued: %w", mapErr(err))
@@ -212,4 +195,43 @@ func (e executor) JobMarkEnqueued(ctx context.Context, marks []store.JobEnqueued
 		total += int(n)
 	}
 	return total, nil
+}
+
+// JobMarkPublished implements store.JobExecutor: JobMarkEnqueued's statements as blind writes,
+// which a transaction sends with its next statement or its COMMIT.
+func (e executor) JobMarkPublished(ctx context.Context, marks []store.JobEnqueued) error {
+	for chunk := range slices.Chunk(asciiMarks(marks), batchChunk) {
+		q, args := markEnqueuedStmt(chunk)
+		if err := e.execBlind(ctx, "mark jobs enqueued", q, args); err != nil {
+			return fmt.Errorf("mark jobs enqueued: %w", mapErr(err))
+		}
+	}
+	return nil
+}
+
+// asciiMarks drops the marks whose id cannot be a job's (job ids are ASCII).
+func asciiMarks(marks []store.JobEnqueued) []store.JobEnqueued {
+	return slices.DeleteFunc(slices.Clone(marks), func(m store.JobEnqueued) bool { return !asciiID(m.ID) })
+}
+
+// markEnqueuedStmt is the UPDATE of one chunk of marks: enqueued=1 and the stream id, where the
+// job is still pending, unpublished and at the mark's attempt.
+func markEnqueuedStmt(chunk []store.JobEnqueued) (string, []any) {
+	var (
+		streamCase, attemptsCase strings.Builder
+		streamArgs, attemptArgs  []any
+		ids                      = make([]any, len(chunk))
+	)
+	for i, m := range chunk {
+		streamCase.WriteString(" WHEN ? THEN ?")
+		attemptsCase.WriteString(" WHEN ? THEN ?")
+		streamArgs = append(streamArgs, m.ID, m.StreamID)
+		attemptArgs = append(attemptArgs, m.ID, m.Attempts)
+		ids[i] = m.ID
+	}
+	q := "UPDATE orchestrator_jobs " + byKey + " SET enqueued = 1, stream_id = CASE job_id" +
+		streamCase.String() + " END WHERE job_id IN (" + placeholders(len(chunk)) +
+		") AND status = ? AND enqueued = 0 AND attempts = CASE job_id" +
+		attemptsCase.String() + " END"
+	return q, slices.Concat(streamArgs, ids, []any{store.JobPending}, attemptArgs)
 }

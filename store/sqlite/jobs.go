@@ -164,6 +164,13 @@ func (e executor) JobListDispatchable(ctx context.Context, now time.Time, limit 
 	return jobs, nil
 }
 
+// JobMarkPublished implements store.JobExecutor. SQLite has no round trip to save: it is
+// JobMarkEnqueued, uncounted.
+func (e executor) JobMarkPublished(ctx context.Context, marks []store.JobEnqueued) error {
+	_, err := e.JobMarkEnqueued(ctx, marks)
+	return err
+}
+
 // JobMarkEnqueued sets enqueued=1 and the stream id of every mark that still matches (pending,
 // not enqueued, same attempts), with one UPDATE per 500 marks joined to the marks as a VALUES
 // list. When an id appears twice in a chunk the first mark wins, as with the MariaDB driver.

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -202,4 +203,28 @@ func testMarkEnqueued(t *testing.T, b *bundle) {
 		return err
 	}))
 	check(inTx.ID, true, "7-0")
+
+	// JobMarkPublished: the mark of a job inserted by the same transaction, which the MariaDB
+	// driver sends with the COMMIT. It lands with the insert, and a rollback takes both back.
+	published := b.params("published")
+	require.NoError(t, b.s.WithTx(t.Context(), func(tx store.Tx) error {
+		if _, _, err := tx.JobInsert(t.Context(), published); err != nil {
+			return err
+		}
+		return tx.JobMarkPublished(t.Context(), []store.JobEnqueued{{ID: published.ID, StreamID: "8-0"}})
+	}))
+	check(published.ID, true, "8-0")
+	rolledBack := b.params("published-rolled-back")
+	errAbort := errors.New("abort")
+	require.ErrorIs(t, b.s.WithTx(t.Context(), func(tx store.Tx) error {
+		if _, _, err := tx.JobInsert(t.Context(), rolledBack); err != nil {
+			return err
+		}
+		if err := tx.JobMarkPublished(t.Context(), []store.JobEnqueued{{ID: rolledBack.ID, StreamID: "9-0"}}); err != nil {
+			return err
+		}
+		return errAbort
+	}), errAbort)
+	_, err = b.s.JobGet(t.Context(), rolledBack.ID)
+	require.ErrorIs(t, err, store.ErrNotFound)
 }
