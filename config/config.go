@@ -122,9 +122,9 @@ type Config struct {
 	TrimInterval time.Duration `yaml:"trim_interval"`
 	// DeadLetterRetention is how long a dead letter is kept when nobody purges it.
 	DeadLetterRetention time.Duration `yaml:"dead_letter_retention"`
-	// AuditRetention is how long audit rows are kept.
+	// AuditRetention is how long audit rows and ended (released or expired) leases are kept.
 	AuditRetention time.Duration `yaml:"audit_retention"`
-	// RetentionInterval is how often the leader deletes expired jobs and audit rows.
+	// RetentionInterval is how often the leader deletes expired jobs, audit rows and ended leases.
 	RetentionInterval time.Duration `yaml:"retention_interval"`
 	// RetentionBatch is the most rows one retention statement deletes (short locks).
 	RetentionBatch int `yaml:"retention_batch"`

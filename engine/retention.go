@@ -13,7 +13,8 @@ import (
 )
 
 // RetentionConfig configures a RetentionCleaner. How long rows are kept comes from the
-// engine's configuration: job_types.<type>.retention, dead_letter_retention, audit_retention.
+// engine's configuration: job_types.<type>.retention, dead_letter_retention, audit_retention
+// (audit rows and ended leases).
 type RetentionConfig struct {
 	// Interval between passes (± 10% jitter); default config.RetentionIntervalDefault.
 	Interval time.Duration
@@ -28,14 +29,17 @@ type RetentionConfig struct {
 
 // RetentionResult counts what one pass deleted.
 type RetentionResult struct {
-	Jobs  int
-	Audit int
+	Jobs   int
+	Audit  int
+	Leases int
 }
 
 // RetentionCleaner is the leader loop that keeps the tables bounded under a constant load: it
 // deletes terminal jobs older than their retention (done and cancelled jobs, and purged dead
-// letters, after their type's retention; other dead letters after dead_letter_retention) and
-// audit rows older than audit_retention. Jobs of types no longer configured are deleted after
+// letters, after their type's retention; other dead letters after dead_letter_retention), and
+// audit rows and ended (released or expired) leases older than audit_retention: every attempt
+// leaves a lease row behind, the record of what it held, which is kept as long as the audit
+// trail that names it. Jobs of types no longer configured are deleted after
 // the longest retention of any type. Stream trimming is the reclaimer package's Trimmer.
 type RetentionCleaner struct {
 	startstop.Base
@@ -58,8 +62,8 @@ func (r *RetentionCleaner) Start(ctx context.Context) error {
 			Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
 		}, func(ctx context.Context) error {
 			res, err := r.runOnce(ctx)
-			if res.Jobs > 0 || res.Audit > 0 {
-				r.log.Info("deleted expired rows", "jobs", res.Jobs, "audit", res.Audit)
+			if res.Jobs > 0 || res.Audit > 0 || res.Leases > 0 {
+				r.log.Info("deleted expired rows", "jobs", res.Jobs, "audit", res.Audit, "leases", res.Leases)
 			}
 			return err
 		})
@@ -105,45 +109,42 @@ func (r *RetentionCleaner) runOnce(ctx context.Context) (RetentionResult, error)
 			return res, err
 		}
 	}
-	n, err := r.deleteAudit(ctx, now.Add(-cmp.Or(e.cfg.AuditRetention, config.AuditRetentionDefault)))
+	auditBefore := now.Add(-cmp.Or(e.cfg.AuditRetention, config.AuditRetentionDefault))
+	n, err := r.deleteBatches(ctx, "audit rows", func(tx store.Tx) (int, error) {
+		return tx.AuditDeleteBefore(ctx, auditBefore, r.cfg.Batch)
+	})
 	res.Audit += n
+	if err != nil {
+		return res, err
+	}
+	n, err = r.deleteBatches(ctx, "ended leases", func(tx store.Tx) (int, error) {
+		return tx.LeaseDeleteEnded(ctx, auditBefore, r.cfg.Batch)
+	})
+	res.Leases += n
 	return res, err
 }
 
-// deleteJobs deletes in batches until a batch comes back short.
+// deleteJobs deletes the jobs of p in batches.
 func (r *RetentionCleaner) deleteJobs(ctx context.Context, p store.JobDeleteParams) (int, error) {
 	p.Limit = r.cfg.Batch
-	total := 0
-	for {
-		var n int
-		err := r.engine.fenced(ctx, r.cfg.Fence, func(tx store.Tx) error {
-			var err error
-			n, err = tx.JobDeleteTerminal(ctx, p)
-			return err
-		})
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("delete expired %s jobs: %w", p.Status, err)
-		}
-		if n < p.Limit {
-			return total, nil
-		}
-	}
+	return r.deleteBatches(ctx, string(p.Status)+" jobs", func(tx store.Tx) (int, error) {
+		return tx.JobDeleteTerminal(ctx, p)
+	})
 }
 
-// deleteAudit deletes audit rows older than before in batches.
-func (r *RetentionCleaner) deleteAudit(ctx context.Context, before time.Time) (int, error) {
+// deleteBatches runs del, one fenced transaction per batch, until a batch comes back short.
+func (r *RetentionCleaner) deleteBatches(ctx context.Context, what string, del func(store.Tx) (int, error)) (int, error) {
 	total := 0
 	for {
 		var n int
 		err := r.engine.fenced(ctx, r.cfg.Fence, func(tx store.Tx) error {
 			var err error
-			n, err = tx.AuditDeleteBefore(ctx, before, r.cfg.Batch)
+			n, err = del(tx)
 			return err
 		})
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("delete expired audit rows: %w", err)
+			return total, fmt.Errorf("delete expired %s: %w", what, err)
 		}
 		if n < r.cfg.Batch {
 			return total, nil

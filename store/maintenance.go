@@ -79,4 +79,9 @@ type MaintenanceExecutor interface {
 	// AuditDeleteBefore deletes up to limit audit rows with ts < before, oldest first, and
 	// returns how many it deleted.
 	AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error)
+	// LeaseDeleteEnded deletes up to limit ended leases (released or expired) that ended before
+	// before, and returns how many it deleted. Active leases are never deleted. It finds them
+	// through the (status, expires_at) index, so a released lease whose expiry was still ahead
+	// when it ended may outlive its cut-off by at most its TTL.
+	LeaseDeleteEnded(ctx context.Context, before time.Time, limit int) (int, error)
 }

@@ -187,6 +187,42 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 	return int(n), nil
 }
 
+// LeaseDeleteEnded implements store.MaintenanceExecutor: per ended status it finds the leases
+// through idx_leases_status_expires and deletes them by primary key, for the same reason as
+// JobDeleteTerminal.
+func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit int) (int, error) {
+	limit = clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax)
+	var tokens []string
+	for _, status := range []store.LeaseStatus{store.LeaseReleased, store.LeaseExpired} {
+		rows, err := e.q.QueryContext(ctx, `SELECT token FROM orchestrator_leases
+			WHERE status = ? AND expires_at < ? AND ended_at < ? ORDER BY expires_at LIMIT ?`,
+			string(status), dbTime(before), dbTime(before), limit-len(tokens))
+		if err != nil {
+			return 0, fmt.Errorf("find ended leases to delete: %w", mapErr(err))
+		}
+		got, err := scanColumn[string](rows)
+		if err != nil {
+			return 0, fmt.Errorf("find ended leases to delete: %w", mapErr(err))
+		}
+		if tokens = append(tokens, got...); len(tokens) >= limit {
+			break
+		}
+	}
+	if len(tokens) == 0 {
+		return 0, nil
+	}
+	res, err := e.q.ExecContext(ctx, "DELETE FROM orchestrator_leases WHERE token IN ("+placeholders(len(tokens))+
+		") AND status <> ?", append(anySlice(tokens), string(store.LeaseActive))...)
+	if err != nil {
+		return 0, fmt.Errorf("delete %d ended leases: %w", len(tokens), mapErr(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete %d ended leases: %w", len(tokens), err)
+	}
+	return int(n), nil
+}
+
 // AuditDeleteBefore finds the oldest rows through idx_audit_ts and deletes them by primary
 // key, for the same reason as JobDeleteTerminal.
 func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error) {

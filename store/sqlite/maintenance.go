@@ -172,6 +172,24 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 	return int(n), nil
 }
 
+// LeaseDeleteEnded implements store.MaintenanceExecutor in one statement, through
+// idx_leases_status_expires.
+func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit int) (int, error) {
+	res, err := e.w.ExecContext(ctx, `DELETE FROM orchestrator_leases WHERE token IN (
+		SELECT token FROM orchestrator_leases WHERE status IN (?, ?) AND expires_at < ? AND ended_at < ?
+		ORDER BY expires_at LIMIT ?)`,
+		string(store.LeaseReleased), string(store.LeaseExpired), dbTime(before), dbTime(before),
+		clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
+	if err != nil {
+		return 0, fmt.Errorf("delete ended leases: %w", mapErr(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete ended leases: %w", err)
+	}
+	return int(n), nil
+}
+
 // AuditDeleteBefore deletes up to limit audit rows older than before, oldest first (through
 // idx_audit_ts), in one statement.
 func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error) {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func testMaintenance(t *testing.T, b *bundle) {
 		{"DeleteTerminal", testDeleteTerminal},
 		{"DeleteExceptTypes", testDeleteExceptTypes},
 		{"AuditDeleteBefore", testAuditDeleteBefore},
+		{"LeaseDeleteEnded", testLeaseDeleteEnded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
@@ -302,4 +304,46 @@ func testAuditDeleteBefore(t *testing.T, b *bundle) {
 	left, err := b.s.AuditList(ctx, store.AuditListParams{JobID: job})
 	require.NoError(t, err)
 	require.Equal(t, []string{"test.young"}, auditTypes(left))
+}
+
+func testLeaseDeleteEnded(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	old := time.Date(2007, 1, 1, 0, 0, 0, 0, time.UTC)
+	ended := func(name string, status store.LeaseStatus, at time.Time) store.Lease {
+		l := b.lease(name, nil, 0)
+		l.CreatedAt, l.LastHeartbeat, l.ExpiresAt = at.Add(-time.Minute), at.Add(-time.Minute), at
+		l.Status, l.EndedAt = status, &at
+		if status == store.LeaseActive {
+			l.EndedAt = nil
+		}
+		return l
+	}
+	cutoff := old.Add(30 * time.Minute)
+	leases := []store.Lease{
+		ended("released-old", store.LeaseReleased, old),
+		ended("expired-old", store.LeaseExpired, old.Add(time.Minute)),
+		ended("released-young", store.LeaseReleased, old.Add(time.Hour)),
+		ended("active-old", store.LeaseActive, old), // never deleted, however old
+	}
+	require.NoError(t, b.s.LeaseInsert(ctx, leases))
+
+	total := 0
+	for {
+		n, err := b.s.LeaseDeleteEnded(ctx, cutoff, 1)
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, 1)
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	require.Equal(t, 2, total)
+	for _, l := range leases {
+		_, err := b.s.LeaseGet(ctx, l.Token, false)
+		if strings.HasSuffix(l.Token, "-old") && l.Status != store.LeaseActive {
+			require.ErrorIs(t, err, store.ErrNotFound, l.Token)
+		} else {
+			require.NoError(t, err, l.Token)
+		}
+	}
 }
