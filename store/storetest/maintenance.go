@@ -290,16 +290,7 @@ func testAuditDeleteBefore(t *testing.T, b *bundle) {
 	require.NoError(t, b.s.AuditInsert(ctx, events))
 
 	cutoff := old.Add(30 * time.Minute)
-	total := 0
-	for {
-		n, err := b.s.AuditDeleteBefore(ctx, cutoff, 2)
-		require.NoError(t, err)
-		require.LessOrEqual(t, n, 2)
-		if n == 0 {
-			break
-		}
-		total += n
-	}
+	total := deleteAll(t, 2, func(limit int) (int, error) { return b.s.AuditDeleteBefore(ctx, cutoff, limit) })
 	require.Equal(t, 5, total)
 	left, err := b.s.AuditList(ctx, store.AuditListParams{JobID: job})
 	require.NoError(t, err)
@@ -327,16 +318,7 @@ func testLeaseDeleteEnded(t *testing.T, b *bundle) {
 	}
 	require.NoError(t, b.s.LeaseInsert(ctx, leases))
 
-	total := 0
-	for {
-		n, err := b.s.LeaseDeleteEnded(ctx, cutoff, 1)
-		require.NoError(t, err)
-		require.LessOrEqual(t, n, 1)
-		if n == 0 {
-			break
-		}
-		total += n
-	}
+	total := deleteAll(t, 1, func(limit int) (int, error) { return b.s.LeaseDeleteEnded(ctx, cutoff, limit) })
 	require.Equal(t, 2, total)
 	for _, l := range leases {
 		_, err := b.s.LeaseGet(ctx, l.Token, false)
@@ -345,5 +327,21 @@ func testLeaseDeleteEnded(t *testing.T, b *bundle) {
 		} else {
 			require.NoError(t, err, l.Token)
 		}
+	}
+}
+
+// deleteAll calls del with limit until it deletes nothing, checking that no call deletes more
+// than limit, and returns how many rows it deleted in all.
+func deleteAll(t *testing.T, limit int, del func(limit int) (int, error)) int {
+	t.Helper()
+	total := 0
+	for {
+		n, err := del(limit)
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, limit)
+		if n == 0 {
+			return total
+		}
+		total += n
 	}
 }
