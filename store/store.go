@@ -221,6 +221,14 @@ type AuditExecutor interface {
 // Tx is an Executor bound to one open transaction.
 type Tx interface {
 	Executor
+	// DeferChecks lets the transaction's later compare-and-set writes (JobUpdate, JobUpdateMany,
+	// LeaseSetStatus, LeaseSetStatusMany) wait for its next round trip instead of taking one
+	// each. A write that did not match all its rows then fails a later call, or the commit,
+	// with ErrConflict, instead of its own call, and a missing row is not told apart from one
+	// that moved on. Call it only once the rows those writes change are locked in this
+	// transaction (read for update), so that a mismatch is a bug, never a race the caller
+	// handles. A driver may ignore it.
+	DeferChecks()
 }
 
 // Store is the database. Drivers: store/mysql (MariaDB) and, later, store/sqlite.

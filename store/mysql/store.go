@@ -123,6 +123,12 @@ type tx struct {
 	executor
 }
 
+// DeferChecks makes the transaction's later compare-and-set writes wait for its next round
+// trip (store.Tx), where the rows each matched are checked (txconn.go).
+func (t *tx) DeferChecks() {
+	t.q.(*txConn).deferChecks = true
+}
+
 // WithTx runs fn in one transaction (REPEATABLE READ, the server default), committing when fn
 // returns nil and rolling back otherwise. A deadlock or lock wait timeout, whether from fn's
 // statements or from the commit, reruns fn from the start up to Options.TxRetries times with a
@@ -159,7 +165,7 @@ func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 		}
 	}()
 	if err := fn(&tx{executor{q: t}}); err != nil {
-		return t.annotate(err)
+		return t.annotate(cmp.Or(t.err, err))
 	}
 	if err := t.commit(ctx); err != nil {
 		// A held write that failed fails the commit: a taken lease token is still a conflict.

@@ -6,10 +6,13 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/gpuorch/orchestrator/store"
 )
 
 // Round trips, not rows, are what a short transaction costs here: on a two-core machine a
@@ -20,11 +23,22 @@ import (
 //     snapshot of REPEATABLE READ is taken at the first read either way);
 //   - blind writes (audit rows, new leases: statements whose result nobody reads and whose only
 //     failure is an error) are held and sent in front of the next statement, or in front of
-//     COMMIT.
+//     COMMIT;
+//   - after DeferChecks, compare-and-set writes are held as well (deferred writes), and the
+//     rows each matched are checked once they have gone out, from the driver's
+//     AllRowsAffected. Only an Exec answers with those, so deferred writes go in front of the
+//     next Exec, and in a round trip of their own ahead of a read or of COMMIT (which must not
+//     run before they are checked). A claim that carries results then takes five round trips
+//     instead of seven.
 //
-// Both ride on multiStatements=true. A held write that fails fails the statement it went out
+// All ride on multiStatements=true. A held write that fails fails the statement it went out
 // with (the server runs none of the rest), and the transaction rolls back as it would have.
-// The error then names the held writes as well (foldedError).
+// The error then names the held writes as well (foldedError). A deferred write that matched
+// fewer rows than it must fails with store.ErrConflict, as it would have on its own.
+//
+// A server-side check (IF ROW_COUNT() <> n THEN SIGNAL ...) would let deferred writes ride
+// with COMMIT too, but each such statement costs MariaDB more CPU than the round trip it saves
+// (docs/performance.md).
 
 // foldMaxBytes bounds a statement that others are folded into. The driver interpolates the
 // arguments client-side only up to max_allowed_packet and falls back to a server-side prepared
@@ -35,11 +49,27 @@ const foldMaxBytes = 1 << 20
 // have ended.
 const rollbackTimeout = 5 * time.Second
 
-// heldStmt is a blind write waiting for the next round trip.
+// heldStmt is a write waiting for the next round trip.
 type heldStmt struct {
 	query string
 	args  []any
 	what  string // for errors: "insert audit events"
+	rows  int    // > 0: a deferred compare-and-set write, which must match exactly rows rows
+}
+
+// rowsCheck is a deferred write's check: statement at of a round trip must match rows rows.
+type rowsCheck struct {
+	at   int
+	rows int
+	what string
+}
+
+// packet is what one round trip sends: statements separated by "; ".
+type packet struct {
+	query  string
+	args   []any
+	whats  []string    // the held writes in it, for errors
+	checks []rowsCheck // the deferred writes in it
 }
 
 // txConn is the querier of one transaction: statements run on conn, START TRANSACTION and
@@ -48,6 +78,11 @@ type txConn struct {
 	conn  *sql.Conn
 	begun bool // START TRANSACTION was sent
 	held  []heldStmt
+	// deferChecks: compare-and-set writes are held too (DeferChecks).
+	deferChecks bool
+	// err is the failure of deferred writes sent ahead of a QueryRowContext, whose *sql.Row
+	// cannot carry it: it fails every later statement and the transaction.
+	err error
 	// sentWith names the held writes that went out with the last statement, for the error of
 	// a QueryRowContext (whose *sql.Row cannot be wrapped): see annotate.
 	sentWith []string
@@ -60,31 +95,128 @@ func (t *txConn) hold(what, query string, args []any) {
 	t.held = append(t.held, heldStmt{query: query, args: args, what: what})
 }
 
-// fold returns query with START TRANSACTION (when not sent yet) and the held writes in front,
-// and the names of the held writes it took.
-func (t *txConn) fold(query string, args []any) (string, []any, []string) {
+// DeferWrite holds a compare-and-set write that must match exactly rows rows, when the
+// transaction defers its checks (sqlgen.Deferrer); false when the caller must run it now.
+func (t *txConn) DeferWrite(what, query string, args []any, rows int) bool {
+	if !t.deferChecks || rows <= 0 {
+		return false
+	}
+	t.held = append(t.held, heldStmt{query: query, args: args, what: what, rows: rows})
+	return true
+}
+
+// deferred reports whether a deferred write is held.
+func (t *txConn) deferred() bool {
+	return slices.ContainsFunc(t.held, func(h heldStmt) bool { return h.rows > 0 })
+}
+
+// fold returns the packet of query with START TRANSACTION (when not sent yet) and the held
+// writes in front; an empty query sends only those.
+func (t *txConn) fold(query string, args []any) packet {
 	if t.begun && len(t.held) == 0 {
 		t.sentWith = nil
-		return query, args, nil
+		return packet{query: query, args: args}
 	}
 	var (
-		b     strings.Builder
-		all   []any
-		whats []string
+		b  strings.Builder
+		p  packet
+		at int // the index of the next statement in the packet
 	)
+	add := func(q string) {
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(q)
+		at++
+	}
 	if !t.begun {
-		b.WriteString("START TRANSACTION; ")
+		add("START TRANSACTION")
 	}
 	for _, h := range t.held {
-		b.WriteString(h.query)
-		b.WriteString("; ")
-		all = append(all, h.args...)
-		whats = append(whats, h.what)
+		if h.rows > 0 {
+			p.checks = append(p.checks, rowsCheck{at: at, rows: h.rows, what: h.what})
+		}
+		add(h.query)
+		p.args = append(p.args, h.args...)
+		p.whats = append(p.whats, h.what)
 	}
-	b.WriteString(query)
-	all = append(all, args...)
-	t.begun, t.held, t.sentWith = true, nil, whats
-	return b.String(), all, whats
+	if query != "" {
+		add(query)
+		p.args = append(p.args, args...)
+	}
+	p.query = b.String()
+	t.begun, t.held, t.sentWith = true, nil, p.whats
+	return p
+}
+
+// exec sends p with Exec. With deferred writes in it, it goes to the driver itself, whose
+// result has the rows each statement matched, and those are checked.
+func (t *txConn) exec(ctx context.Context, p packet) (sql.Result, error) {
+	if len(p.checks) == 0 {
+		res, err := t.conn.ExecContext(ctx, p.query, p.args...)
+		return res, foldErr(err, p.whats)
+	}
+	var res driver.Result
+	err := t.conn.Raw(func(dc any) error {
+		ex, ok := dc.(driver.ExecerContext)
+		if !ok {
+			return fmt.Errorf("the mysql driver's connection %T cannot exec", dc)
+		}
+		named, err := namedValues(dc, p.args)
+		if err != nil {
+			return err
+		}
+		res, err = ex.ExecContext(ctx, p.query, named)
+		return err
+	})
+	if err != nil {
+		return nil, foldErr(err, p.whats)
+	}
+	all, ok := res.(mysql.Result)
+	if !ok {
+		return nil, fmt.Errorf("the mysql driver's result %T has no rows per statement", res)
+	}
+	matched := all.AllRowsAffected()
+	for _, c := range p.checks {
+		if c.at >= len(matched) {
+			return nil, fmt.Errorf("%s: the server answered %d statements, not %d", c.what, len(matched), c.at+1)
+		}
+		if n := matched[c.at]; n != int64(c.rows) {
+			return nil, fmt.Errorf("%s: %d of %d rows still matched: %w", c.what, n, c.rows, store.ErrConflict)
+		}
+	}
+	return res, nil
+}
+
+// namedValues converts args for the driver connection dc as database/sql would.
+func namedValues(dc any, args []any) ([]driver.NamedValue, error) {
+	checker, _ := dc.(driver.NamedValueChecker)
+	out := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		nv := driver.NamedValue{Ordinal: i + 1, Value: a}
+		err := driver.ErrSkip
+		if checker != nil {
+			err = checker.CheckNamedValue(&nv)
+		}
+		if errors.Is(err, driver.ErrSkip) {
+			nv.Value, err = driver.DefaultParameterConverter.ConvertValue(a)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("argument %d: %w", i+1, err)
+		}
+		out[i] = nv
+	}
+	return out, nil
+}
+
+// sendDeferred sends the held writes in a round trip of their own when a deferred write is
+// among them: ahead of a read or of COMMIT, which must not carry them.
+func (t *txConn) sendDeferred(ctx context.Context) error {
+	if !t.deferred() {
+		return nil
+	}
+	_, err := t.exec(ctx, t.fold("", nil))
+	return err
 }
 
 // flushIfLarge sends what would be folded into query in a round trip of its own when the
@@ -113,9 +245,9 @@ func (t *txConn) flush(ctx context.Context) error {
 		t.begun = true
 	}
 	held := t.held
-	t.held = nil
 	for _, h := range held {
-		if _, err := t.conn.ExecContext(ctx, h.query, h.args...); err != nil {
+		t.held = []heldStmt{h}
+		if _, err := t.exec(ctx, t.fold("", nil)); err != nil {
 			return fmt.Errorf("%s: %w", h.what, err)
 		}
 	}
@@ -125,47 +257,62 @@ func (t *txConn) flush(ctx context.Context) error {
 // ExecContext runs query with whatever is folded into it; the result is query's own (the
 // driver reports the last statement's rows affected).
 func (t *txConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
 	if err := t.flushIfLarge(ctx, query, args); err != nil {
 		return nil, err
 	}
-	q, a, whats := t.fold(query, args)
-	res, err := t.conn.ExecContext(ctx, q, a...)
-	return res, foldErr(err, whats)
+	return t.exec(ctx, t.fold(query, args))
 }
 
 // QueryContext runs query with whatever is folded into it; the rows are query's (the driver
 // skips the result sets of the statements in front, which have no columns).
 func (t *txConn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	if err := t.sendDeferred(ctx); err != nil {
+		return nil, err
+	}
 	if err := t.flushIfLarge(ctx, query, args); err != nil {
 		return nil, err
 	}
-	q, a, whats := t.fold(query, args)
-	rows, err := t.conn.QueryContext(ctx, q, a...)
-	return rows, foldErr(err, whats)
+	p := t.fold(query, args)
+	rows, err := t.conn.QueryContext(ctx, p.query, p.args...)
+	return rows, foldErr(err, p.whats)
 }
 
 // QueryRowContext is QueryContext for one row; Scan reports a held write's error. It always
 // folds: its statements are small, and so are the held writes (audit rows, leases), far below
-// the driver's limit on an interpolated statement.
+// the driver's limit on an interpolated statement. The failure of deferred writes sent ahead
+// of it cannot reach the *sql.Row: it fails the transaction instead (t.err).
 func (t *txConn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	q, a, _ := t.fold(query, args)
-	return t.conn.QueryRowContext(ctx, q, a...)
+	if t.err == nil {
+		t.err = t.sendDeferred(ctx)
+	}
+	p := t.fold(query, args)
+	return t.conn.QueryRowContext(ctx, p.query, p.args...)
 }
 
-// commit sends the held writes and COMMIT in one round trip. A transaction that sent nothing
-// and holds nothing has nothing to commit.
+// commit sends the held writes and COMMIT in one round trip (two with deferred writes among
+// them: they are checked before COMMIT goes). A transaction that sent nothing and holds
+// nothing has nothing to commit.
 func (t *txConn) commit(ctx context.Context) error {
+	if t.err != nil {
+		return t.err
+	}
 	if !t.begun && len(t.held) == 0 {
 		return nil
+	}
+	if err := t.sendDeferred(ctx); err != nil {
+		return err
 	}
 	if err := t.flushIfLarge(ctx, "COMMIT", nil); err != nil {
 		return err
 	}
-	q, a, whats := t.fold("COMMIT", nil)
-	if _, err := t.conn.ExecContext(ctx, q, a...); err != nil {
-		return foldErr(err, whats)
-	}
-	return nil
+	_, err := t.exec(ctx, t.fold("COMMIT", nil))
+	return err
 }
 
 // rollback ends a transaction that failed; false when the connection may still be inside it

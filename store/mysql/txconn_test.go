@@ -61,6 +61,49 @@ func TestTxFolding(t *testing.T) {
 		require.Equal(t, 2, auditRows(t, "held"), "the last held write went with COMMIT")
 	})
 
+	t.Run("DeferredCompareAndSet", func(t *testing.T) {
+		// After DeferChecks a compare-and-set write waits for the next statement like a blind
+		// one; without it, it goes at once.
+		dirty, err := raw.Conn(t.Context())
+		require.NoError(t, err)
+		defer dirty.Close()
+		_, err = dirty.ExecContext(t.Context(), "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+		require.NoError(t, err)
+		status := func(jobID string) store.JobStatus {
+			var st string
+			require.NoError(t, dirty.QueryRowContext(t.Context(),
+				"SELECT status FROM orchestrator_jobs WHERE job_id = ?", jobID).Scan(&st))
+			return store.JobStatus(st)
+		}
+		insertJob(t, s, "deferred")
+		err = s.WithTx(t.Context(), func(tx store.Tx) error {
+			if _, err := tx.JobGetMany(t.Context(), []string{"deferred"}, true); err != nil {
+				return err
+			}
+			if err := tx.JobUpdate(t.Context(), store.JobUpdate{ID: "deferred", From: store.JobPending, To: store.JobClaimed, Now: time.Now()}); err != nil {
+				return err
+			}
+			require.Equal(t, store.JobClaimed, status("deferred"), "not deferred: sent at once")
+			tx.DeferChecks()
+			if err := tx.JobUpdate(t.Context(), store.JobUpdate{ID: "deferred", From: store.JobClaimed, To: store.JobRunning, Now: time.Now()}); err != nil {
+				return err
+			}
+			require.Equal(t, store.JobClaimed, status("deferred"), "deferred: held")
+			return tx.AuditInsert(t.Context(), []store.AuditEvent{event("deferred", `{}`)})
+		})
+		require.NoError(t, err)
+		require.Equal(t, store.JobRunning, status("deferred"), "sent with COMMIT")
+
+		// A mismatch names the write, and is a conflict.
+		err = s.WithTx(t.Context(), func(tx store.Tx) error {
+			tx.DeferChecks()
+			return tx.JobUpdate(t.Context(), store.JobUpdate{ID: "deferred", From: store.JobPending, To: store.JobClaimed, Now: time.Now()})
+		})
+		require.ErrorIs(t, err, store.ErrConflict)
+		require.ErrorContains(t, err, "update job deferred from pending to claimed: 0 of 1 rows still matched")
+		require.Equal(t, store.JobRunning, status("deferred"))
+	})
+
 	t.Run("OnlyHeldWrites", func(t *testing.T) {
 		err := s.WithTx(t.Context(), func(tx store.Tx) error {
 			return tx.AuditInsert(t.Context(), []store.AuditEvent{event("only-held", `{}`)})

@@ -152,6 +152,10 @@ type tx struct {
 	executor
 }
 
+// DeferChecks does nothing here (store.Tx): an SQLite statement is a call, not a round trip,
+// so nothing would be saved.
+func (*tx) DeferChecks() {}
+
 // WithTx runs fn in one BEGIN IMMEDIATE transaction (see the package doc), committing when fn
 // returns nil and rolling back otherwise. SQLITE_BUSY, whether from fn's statements or the
 // commit, reruns fn from the start up to Options.TxRetries times with a short jittered

@@ -209,6 +209,85 @@ func testTxRollbackOnPanic(t *testing.T, b *bundle) {
 	b.insert(t, "after-panic")
 }
 
+// testTxDeferChecks covers store.Tx.DeferChecks: compare-and-set writes whose check may wait
+// for the next statement still fail the transaction as a whole when they do not match, and
+// commit when they do (identical values included).
+func testTxDeferChecks(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	a, c := b.insert(t, "defer-a"), b.insert(t, "defer-c")
+	l := b.lease("defer-l", nil, 0)
+	require.NoError(t, b.s.LeaseInsert(ctx, []store.Lease{l}))
+	at := b.now.Add(time.Second)
+	locked := func(tx store.Tx, ids ...string) {
+		_, err := tx.JobGetMany(ctx, ids, true)
+		require.NoError(t, err)
+		_, err = tx.LeaseGetMany(ctx, []string{l.Token}, true)
+		require.NoError(t, err)
+		tx.DeferChecks()
+	}
+
+	t.Run("Match", func(t *testing.T) {
+		require.NoError(t, b.s.WithTx(ctx, func(tx store.Tx) error {
+			locked(tx, a.ID, c.ID)
+			if err := tx.JobUpdateMany(ctx, []store.JobUpdate{
+				{ID: a.ID, From: store.JobPending, To: store.JobClaimed, Now: at},
+				{ID: c.ID, From: store.JobPending, To: store.JobClaimed, Now: at},
+			}); err != nil {
+				return err
+			}
+			// The same values again: matched, not changed, which counts.
+			if err := tx.JobUpdate(ctx, store.JobUpdate{ID: a.ID, From: store.JobClaimed, To: store.JobClaimed, Now: at}); err != nil {
+				return err
+			}
+			// A read after the writes sees them.
+			got, err := tx.JobGet(ctx, c.ID)
+			if err != nil {
+				return err
+			}
+			require.Equal(t, store.JobClaimed, got.Status)
+			return tx.LeaseSetStatus(ctx, store.LeaseStatusUpdate{Token: l.Token, From: store.LeaseActive, To: store.LeaseReleased, Now: at})
+		}))
+		require.Equal(t, store.JobClaimed, b.get(t, a.ID).Status)
+		require.Equal(t, store.JobClaimed, b.get(t, c.ID).Status)
+		got, err := b.s.LeaseGet(ctx, l.Token, false)
+		require.NoError(t, err)
+		require.Equal(t, store.LeaseReleased, got.Status)
+	})
+
+	// Each way a mismatch can surface: with the commit, with a later write, with a later read.
+	for _, then := range []string{"commit", "write", "read"} {
+		t.Run("MismatchFailsAtThe"+then, func(t *testing.T) {
+			fresh := b.insert(t, "defer-fresh-"+then)
+			err := b.s.WithTx(ctx, func(tx store.Tx) error {
+				locked(tx, a.ID, c.ID, fresh.ID)
+				if err := tx.JobUpdate(ctx, store.JobUpdate{ID: fresh.ID, From: store.JobPending, To: store.JobClaimed, Now: at}); err != nil {
+					return err
+				}
+				// a is claimed, not pending: this batch cannot match all its rows.
+				if err := tx.JobUpdateMany(ctx, []store.JobUpdate{
+					{ID: a.ID, From: store.JobPending, To: store.JobRunning, Now: at},
+					{ID: c.ID, From: store.JobClaimed, To: store.JobRunning, Now: at},
+				}); err != nil {
+					return err
+				}
+				switch then {
+				case "write":
+					return tx.JobUpdate(ctx, store.JobUpdate{ID: c.ID, From: store.JobRunning, To: store.JobDone, Now: at})
+				case "read":
+					_, err := tx.JobGet(ctx, fresh.ID)
+					return err
+				}
+				return nil
+			})
+			require.ErrorIs(t, err, store.ErrConflict)
+			for _, j := range []store.Job{a, c} {
+				require.Equal(t, store.JobClaimed, b.get(t, j.ID).Status, "rolled back")
+			}
+			require.Equal(t, store.JobPending, b.get(t, fresh.ID).Status, "the write before it rolled back too")
+		})
+	}
+}
+
 func requireRolledBack(t *testing.T, b *bundle, id string) {
 	t.Helper()
 	_, err := b.s.JobGet(t.Context(), id)

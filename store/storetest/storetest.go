@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WithTxCommit", testTxCommit},
 		{"WithTxRollbackOnError", testTxRollbackOnError},
 		{"WithTxRollbackOnPanic", testTxRollbackOnPanic},
+		{"WithTxDeferChecks", testTxDeferChecks},
 		{"ConcurrentCompareAndSet", testConcurrentCAS},
 		{"Ping", testPing},
 		{"Leader", testLeader},

@@ -24,6 +24,13 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// Deferrer is a Querier that may hold a compare-and-set write and check it later, with its next
+// statement (store.Tx.DeferChecks): DeferWrite reports whether it took the write, which must
+// match exactly rows rows.
+type Deferrer interface {
+	DeferWrite(what, query string, args []any, rows int) bool
+}
+
 // Driver is one driver's side of the batch writes the drivers share: how it encodes values,
 // how it maps its errors onto the store's, and how many rows one statement carries.
 type Driver struct {
@@ -172,7 +179,11 @@ func (d Driver) SetLeaseStatuses(ctx context.Context, x Querier, us []store.Leas
 // CompareAndSet runs a single-row compare-and-set UPDATE and tells its outcomes apart: nil when
 // it matched (matched rows, so identical values still count), store.ErrConflict when the row
 // exists but no longer matched, store.ErrNotFound when exists (a query of key) finds no row.
+// A Deferrer may take it to check later, when a mismatch is only ErrConflict.
 func (d Driver) CompareAndSet(ctx context.Context, x Querier, what string, st Statement, exists string, key any) error {
+	if dx, ok := x.(Deferrer); ok && dx.DeferWrite(what, st.SQL, st.Args, 1) {
+		return nil
+	}
 	res, err := x.ExecContext(ctx, st.SQL, st.Args...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, d.MapErr(err))
@@ -190,9 +201,14 @@ func (d Driver) CompareAndSet(ctx context.Context, x Querier, what string, st St
 }
 
 // execAll runs statements that must each match all their rows; one that matches fewer fails
-// with ErrConflict (a row moved on since the caller read it).
+// with ErrConflict (a row moved on since the caller read it). A Deferrer may take them to
+// check later.
 func (d Driver) execAll(ctx context.Context, x Execer, what string, stmts []Statement) error {
+	dx, _ := x.(Deferrer)
 	for _, st := range stmts {
+		if dx != nil && dx.DeferWrite(what, st.SQL, st.Args, st.Rows) {
+			continue
+		}
 		res, err := x.ExecContext(ctx, st.SQL, st.Args...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, d.MapErr(err))
