@@ -46,6 +46,10 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 		if err != nil {
 			return err
 		}
+		// Every row the claim's compare-and-sets write is locked before it writes (the jobs
+		// here, the results' leases in completeIn): their checks can wait for the next
+		// statement.
+		tx.DeferChecks()
 		var events []store.AuditEvent
 		if len(p.Results) > 0 {
 			if res.Outcomes, events, err = e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, now); err != nil {

@@ -34,6 +34,7 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		if err != nil {
 			return err
 		}
+		tx.DeferChecks() // the jobs are locked, and completeIn locks the leases it releases
 		outcomes, events, err := e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, now)
 		if err != nil {
 			return err
