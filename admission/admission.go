@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +59,7 @@ type Controller struct {
 	freshness time.Duration
 	store     store.Store
 	limiter   *Limiter
+	unwritten *unwritten
 	policies  *policyCache
 	gpu       *GPUGate
 	queues    *queueGate
@@ -87,6 +89,7 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *config.Config, opts Opt
 		freshness: cmp.Or(cfg.Leases.TelemetryFreshness, config.LeaseTelemetryFreshnessDefault),
 		store:     st,
 		limiter:   NewLimiter(rdb, opts.Prefix, cmp.Or(a.LimiterTimeout, config.AdmissionLimiterTimeoutDefault), log),
+		unwritten: &unwritten{n: map[string]int{}},
 		policies:  newPolicyCache(a.DefaultPolicy),
 		gpu:       NewGPUGate(a.GPUHighWatermarkPct, a.GPULowWatermarkPct, a.GPUHold),
 		queues:    newQueueGate(limits),
@@ -184,14 +187,49 @@ func (c *Controller) decideJob(ctx context.Context, r JobRequest, jt *config.Job
 	return d, nil
 }
 
-// Finished tells the queue gate what became of an admitted submit: pending reports that the
+// Finished tells the gates what became of an admitted submit: pending reports that the
 // submit left a pending job of its id (a new one, or the existing job of a repeated job_id
 // that is still pending); false for an error or an existing job past pending. An admitted
-// submit of a type with a queue_limit holds a place in its queue until then, so every admitted
-// Decision of AdmitJob must be finished; for other decisions it does nothing.
+// submit of a type with a queue_limit holds a place in its queue until then, and one of an
+// agent with a max_pending a place under it, so every admitted Decision of AdmitJob must be
+// finished; for other decisions it does nothing.
 func (c *Controller) Finished(d Decision, pending bool) {
 	if d.queued != "" {
 		c.queues.finish(d.queued, d.queuedID, pending)
+	}
+	if d.unwritten != "" {
+		c.unwritten.release(d.unwritten)
+	}
+}
+
+// unwritten counts, per agent, the submits that max_pending admitted and that are not written
+// yet (Controller.Finished): the count query cannot see them, and without them the jobs of one
+// batch, or concurrent submits, would all pass against the same count. A written job is in
+// both the count and here until its submit finishes, which errs towards refusing. Other
+// instances' submits are seen once written. Safe for concurrent use.
+type unwritten struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// take holds a place for one more job of agent, whose written unfinished jobs number counted:
+// false, holding nothing, when that would pass limit.
+func (u *unwritten) take(agent string, counted, limit int) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if counted+u.n[agent] >= limit {
+		return false
+	}
+	u.n[agent]++
+	return true
+}
+
+// release gives back a place taken by take.
+func (u *unwritten) release(agent string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.n[agent]--; u.n[agent] <= 0 {
+		delete(u.n, agent)
 	}
 }
 
@@ -231,7 +269,8 @@ func (c *Controller) gpuGate() (Decision, bool) {
 		st.Pressure.Ratio*100, st.HighPct, st.LowPct, st.Hold), true
 }
 
-// decidePolicy applies the agent's policy: max_pending (for a job) and the token bucket.
+// decidePolicy applies the agent's policy: max_pending (for a job) and the token bucket. An
+// admitted job under a max_pending holds its place until Controller.Finished.
 func (c *Controller) decidePolicy(ctx context.Context, agent string, pol store.AdmissionPolicy, gpu, job bool) (Decision, error) {
 	if !pol.Enabled {
 		return admit(ReasonExempt, ""), nil
@@ -241,11 +280,24 @@ func (c *Controller) decidePolicy(ctx context.Context, agent string, pol store.A
 		if err != nil {
 			return Decision{}, fmt.Errorf("admission: %w", err)
 		}
-		if n >= pol.MaxPending {
+		if !c.unwritten.take(agent, n, pol.MaxPending) {
 			return reject(ReasonMaxPending, c.cfg.RefreshInterval,
-				"agent %s has %d unfinished jobs, its max_pending", agent, pol.MaxPending), nil
+				"agent %s has %d unfinished jobs, its max_pending (submits being written included)",
+				agent, pol.MaxPending), nil
 		}
+		d, err := c.decideBucket(ctx, agent, pol, gpu)
+		if err != nil || !d.Admitted {
+			c.unwritten.release(agent)
+			return d, err
+		}
+		d.unwritten = agent
+		return d, nil
 	}
+	return c.decideBucket(ctx, agent, pol, gpu)
+}
+
+// decideBucket applies the agent's token bucket.
+func (c *Controller) decideBucket(ctx context.Context, agent string, pol store.AdmissionPolicy, gpu bool) (Decision, error) {
 	ok, retryAfter, err := c.limiter.Allow(ctx, agent, pol)
 	switch {
 	case err != nil && ctx.Err() != nil:

@@ -94,9 +94,11 @@ func TestMaxPending(t *testing.T) {
 	b := setup(t, "")
 	b.setPolicy(t, "capped", 1000, 1000, 2)
 	b.insertJob(t, "capped-1", "capped", "noop")
-	requireAdmitted(t, b.job(t, "capped", "noop"), ReasonOK)
-	j := b.insertJob(t, "capped-2", "capped", "gpu")
 	d := b.job(t, "capped", "noop")
+	requireAdmitted(t, d, ReasonOK)
+	j := b.insertJob(t, "capped-2", "capped", "gpu") // the job d admitted, written
+	b.c.Finished(d, true)
+	d = b.job(t, "capped", "noop")
 	requireRejected(t, d, ReasonMaxPending)
 	require.Contains(t, d.Message, "max_pending")
 	requireAdmitted(t, b.lease(t, "capped", false), ReasonOK) // leases are not jobs
@@ -104,7 +106,41 @@ func TestMaxPending(t *testing.T) {
 	// A finished job no longer counts.
 	require.NoError(t, b.st.JobUpdate(t.Context(), store.JobUpdate{ID: j.ID, From: store.JobPending,
 		To: store.JobCancelled, Now: b.clock.Now()}))
-	requireAdmitted(t, b.job(t, "capped", "noop"), ReasonOK)
+	d = b.job(t, "capped", "noop")
+	requireAdmitted(t, d, ReasonOK)
+	b.c.Finished(d, false)
+}
+
+// TestMaxPendingCountsUnwritten: submits admitted under a max_pending and not written yet
+// (a batch's jobs, concurrent submits) hold their places until Finished, which the count
+// query cannot see; a submit the bucket then refuses holds none.
+func TestMaxPendingCountsUnwritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	b.setPolicy(t, "burst", 1000, 1000, 3)
+	b.insertJob(t, "burst-0", "burst", "noop")
+	var held []Decision
+	for range 2 {
+		d := b.job(t, "burst", "noop")
+		requireAdmitted(t, d, ReasonOK)
+		held = append(held, d)
+	}
+	requireRejected(t, b.job(t, "burst", "noop"), ReasonMaxPending)
+
+	// A submit that failed gives its place back; one written keeps it through the count.
+	b.c.Finished(held[0], false)
+	d := b.job(t, "burst", "noop")
+	requireAdmitted(t, d, ReasonOK)
+	b.c.Finished(d, false)
+
+	// A refusal by the token bucket holds nothing: once the bucket refills, the place is there.
+	b.setPolicy(t, "slow", 0.001, 1, 2)
+	requireAdmitted(t, b.job(t, "slow", "noop"), ReasonOK) // never finished: holds a place
+	requireRejected(t, b.job(t, "slow", "noop"), ReasonRateLimited)
+	requireRejected(t, b.job(t, "slow", "noop"), ReasonRateLimited)
+	b.setPolicy(t, "slow", 1000, 1000, 2)
+	requireAdmitted(t, b.job(t, "slow", "noop"), ReasonOK)
+	requireRejected(t, b.job(t, "slow", "noop"), ReasonMaxPending)
 }
 
 func TestDuplicateSubmitIsAdmitted(t *testing.T) {

@@ -95,6 +95,9 @@ type Decision struct {
 	// queued is the limited type whose queue the admitted job holds a place in, until
 	// Controller.Finished, and queuedID its job id.
 	queued, queuedID string
+	// unwritten is the agent whose max_pending the admitted job holds a place under, until
+	// Controller.Finished.
+	unwritten string
 }
 
 // Routed reports whether the job goes to another type than the one requested.

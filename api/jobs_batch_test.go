@@ -389,3 +389,43 @@ func TestSubmitBatchAdmission(t *testing.T) {
 		require.Equal(t, "infer_cpu", job.Type)
 	})
 }
+
+// TestSubmitBatchMaxPending: the jobs of one batch count against the agent's max_pending one by
+// one, not each against the jobs written before the batch.
+func TestSubmitBatchMaxPending(t *testing.T) {
+	t.Parallel()
+	b, _ := setupAdmission(t, nil)
+	rec := b.request(t, http.MethodPut, "/control/admission", "admin",
+		client.AdmissionPolicyUpdate{Agent: "bob", RatePerSec: ptr(1e6), Burst: ptr(1000), MaxPending: ptr(3)})
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+
+	batch := func(prefix string) client.SubmitBatchResponse {
+		t.Helper()
+		jobs := make([]client.SubmitRequest, 5)
+		for i := range jobs {
+			jobs[i] = admSubmit(fmt.Sprintf("%s-%d", prefix, i), "noop", "")
+		}
+		rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "bob", client.SubmitBatchRequest{Jobs: jobs})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		return decode[client.SubmitBatchResponse](t, rec)
+	}
+	resp := batch("m")
+	require.Equal(t, 3, resp.Created)
+	require.Equal(t, 2, resp.Failed)
+	for i, r := range resp.Results {
+		if i < 3 {
+			require.Nil(t, r.Error, "result %d", i)
+			continue
+		}
+		require.NotNil(t, r.Error, "result %d", i)
+		require.Equal(t, client.CodeMaxPending, r.Error.Code)
+		require.Contains(t, r.Error.Message, "bob")
+	}
+	require.Len(t, b.allJobs(t, "bob"), 3)
+
+	// With three unfinished jobs written, the next batch gets none in.
+	resp = batch("n")
+	require.Zero(t, resp.Created)
+	require.Equal(t, 5, resp.Failed)
+	require.Len(t, b.allJobs(t, "bob"), 3)
+}
