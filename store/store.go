@@ -229,6 +229,10 @@ type Tx interface {
 	// transaction (read for update), so that a mismatch is a bug, never a race the caller
 	// handles. A driver may ignore it.
 	DeferChecks()
+	// LockJobsAndLeases reads and locks (for update) the existing jobs of ids and leases of
+	// tokens, jobs first: the lock order of every transaction that writes both. MariaDB sends
+	// both reads in one round trip. Empty ids and tokens are skipped, like their GetMany's.
+	LockJobsAndLeases(ctx context.Context, ids, tokens []string) ([]Job, []Lease, error)
 }
 
 // Store is the database. Drivers: store/mysql (MariaDB) and, later, store/sqlite.

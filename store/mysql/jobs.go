@@ -90,27 +90,37 @@ func (e executor) JobGet(ctx context.Context, id string) (store.Job, error) {
 // JobGetMany returns the existing jobs among ids. With forUpdate the rows are locked in id
 // order (sorted, chunked), which keeps concurrent claimers from deadlocking each other.
 func (e executor) JobGetMany(ctx context.Context, ids []string, forUpdate bool) ([]store.Job, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !asciiID(id) })
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	lock := ""
-	if forUpdate {
-		lock = " FOR UPDATE"
-	}
+	ids = distinctIDs(ids)
 	var jobs []store.Job
 	for chunk := range slices.Chunk(ids, batchChunk) {
-		q := "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE job_id IN (" +
-			placeholders(len(chunk)) + ") ORDER BY job_id" + lock
-		got, err := e.queryJobs(ctx, q, anySlice(chunk)...)
+		got, err := e.queryJobs(ctx, selectJobsByID(len(chunk), forUpdate), anySlice(chunk)...)
 		if err != nil {
 			return nil, fmt.Errorf("get jobs: %w", err)
 		}
 		jobs = append(jobs, got...)
 	}
 	return jobs, nil
+}
+
+// distinctIDs returns the ids that can exist (asciiID), sorted, each once: the order of the
+// rows a batch locks.
+func distinctIDs(ids []string) []string {
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" || !asciiID(id) })
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// selectJobsByID reads n jobs by id in id order, locking them when forUpdate.
+func selectJobsByID(n int, forUpdate bool) string {
+	return "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE job_id IN (" + placeholders(n) +
+		") ORDER BY job_id" + lockClause(forUpdate)
+}
+
+func lockClause(forUpdate bool) string {
+	if forUpdate {
+		return " FOR UPDATE"
+	}
+	return ""
 }
 
 // JobList returns a page of jobs ordered by (created_at DESC, job_id DESC), after the cursor.

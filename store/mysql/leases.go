@@ -1,8 +1,10 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -68,26 +70,54 @@ func (e executor) LeaseGet(ctx context.Context, token string, forUpdate bool) (s
 // LeaseGetMany returns the existing leases among tokens; with forUpdate they are locked in
 // token order, which keeps concurrent callers from deadlocking each other.
 func (e executor) LeaseGetMany(ctx context.Context, tokens []string, forUpdate bool) ([]store.Lease, error) {
-	tokens = slices.DeleteFunc(slices.Clone(tokens), func(t string) bool { return t == "" || !asciiID(t) })
-	if len(tokens) == 0 {
-		return nil, nil
-	}
-	slices.Sort(tokens)
-	tokens = slices.Compact(tokens)
-	lock := ""
-	if forUpdate {
-		lock = " FOR UPDATE"
-	}
+	tokens = distinctIDs(tokens)
 	var out []store.Lease
 	for chunk := range slices.Chunk(tokens, batchChunk) {
-		got, err := e.queryLeases(ctx, "SELECT "+leaseColumns+" FROM orchestrator_leases WHERE token IN ("+
-			placeholders(len(chunk))+") ORDER BY token"+lock, anySlice(chunk)...)
+		got, err := e.queryLeases(ctx, selectLeasesByToken(len(chunk), forUpdate), anySlice(chunk)...)
 		if err != nil {
 			return nil, fmt.Errorf("get leases: %w", err)
 		}
 		out = append(out, got...)
 	}
 	return out, nil
+}
+
+// selectLeasesByToken reads n leases by token in token order, locking them when forUpdate.
+func selectLeasesByToken(n int, forUpdate bool) string {
+	return "SELECT " + leaseColumns + " FROM orchestrator_leases WHERE token IN (" + placeholders(n) +
+		") ORDER BY token" + lockClause(forUpdate)
+}
+
+// LockJobsAndLeases reads and locks jobs, then leases (store.Tx): one round trip, two result
+// sets, when each fits one statement.
+func (t *tx) LockJobsAndLeases(ctx context.Context, ids, tokens []string) ([]store.Job, []store.Lease, error) {
+	ids, tokens = distinctIDs(ids), distinctIDs(tokens)
+	if len(ids) == 0 || len(tokens) == 0 || len(ids) > batchChunk || len(tokens) > batchChunk {
+		jobs, err := t.JobGetMany(ctx, ids, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		leases, err := t.LeaseGetMany(ctx, tokens, true)
+		return jobs, leases, err
+	}
+	rows, err := t.q.QueryContext(ctx, selectJobsByID(len(ids), true)+"; "+selectLeasesByToken(len(tokens), true),
+		append(anySlice(ids), anySlice(tokens)...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock jobs and leases: %w", mapErr(err))
+	}
+	defer rows.Close()
+	jobs, err := scanRows(rows, scanJob)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock jobs: %w", err)
+	}
+	if !rows.NextResultSet() {
+		return nil, nil, fmt.Errorf("lock leases: %w", mapErr(cmp.Or(rows.Err(), errors.New("no result set"))))
+	}
+	leases, err := scanRows(rows, scanLease)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock leases: %w", err)
+	}
+	return jobs, leases, nil
 }
 
 // LeaseList returns leases newest first. Limit is clamped to 1..1000 (default 100).
@@ -186,18 +216,7 @@ func (e executor) queryLeases(ctx context.Context, q string, args ...any) ([]sto
 		return nil, mapErr(err)
 	}
 	defer rows.Close()
-	var out []store.Lease
-	for rows.Next() {
-		l, err := scanLease(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapErr(err)
-	}
-	return out, nil
+	return scanRows(rows, scanLease)
 }
 
 func scanLease(row scanner) (store.Lease, error) {

@@ -18,18 +18,23 @@ func (e executor) queryJobs(ctx context.Context, q string, args ...any) ([]store
 		return nil, mapErr(err)
 	}
 	defer rows.Close()
-	var jobs []store.Job
+	return scanRows(rows, scanJob)
+}
+
+// scanRows scans the rows of the current result set with scan.
+func scanRows[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	var out []T
 	for rows.Next() {
-		j, err := scanJob(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		jobs = append(jobs, j)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, mapErr(err)
 	}
-	return jobs, nil
+	return out, nil
 }
 
 type scanner interface{ Scan(dest ...any) error }

@@ -156,6 +156,17 @@ type tx struct {
 // so nothing would be saved.
 func (*tx) DeferChecks() {}
 
+// LockJobsAndLeases reads the jobs, then the leases (store.Tx). The transaction's BEGIN
+// IMMEDIATE holds the only writer's lock already.
+func (t *tx) LockJobsAndLeases(ctx context.Context, ids, tokens []string) ([]store.Job, []store.Lease, error) {
+	jobs, err := t.JobGetMany(ctx, ids, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	leases, err := t.LeaseGetMany(ctx, tokens, true)
+	return jobs, leases, err
+}
+
 // WithTx runs fn in one BEGIN IMMEDIATE transaction (see the package doc), committing when fn
 // returns nil and rolling back otherwise. SQLITE_BUSY, whether from fn's statements or the
 // commit, reruns fn from the start up to Options.TxRetries times with a short jittered

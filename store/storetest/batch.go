@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -136,4 +137,40 @@ func testLeaseSetStatusMany(t *testing.T, b *bundle) {
 	got, err := b.s.LeaseGet(ctx, ls[2].Token, false)
 	require.NoError(t, err)
 	require.Equal(t, store.LeaseActive, got.Status, "rolled back with the failed batch")
+}
+
+// testLockJobsAndLeases covers store.Tx.LockJobsAndLeases: the existing jobs and leases among
+// those asked for, whichever of the two lists is empty.
+func testLockJobsAndLeases(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	j1, j2 := b.insert(t, "lock-1"), b.insert(t, "lock-2")
+	ls := []store.Lease{b.lease("lock-a", nil, 0), b.lease("lock-b", nil, 0)}
+	require.NoError(t, b.s.LeaseInsert(ctx, ls))
+	tokens := func(got []store.Lease) []string {
+		out := make([]string, len(got))
+		for i, l := range got {
+			out[i] = l.Token
+		}
+		return out
+	}
+	require.NoError(t, b.s.WithTx(ctx, func(tx store.Tx) error {
+		jobs, leases, err := tx.LockJobsAndLeases(ctx,
+			[]string{j2.ID, b.id("lock-missing"), j1.ID, j2.ID},
+			[]string{ls[1].Token, "", "lt_missing", ls[0].Token})
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{j1.ID, j2.ID}, ids(jobs))
+		require.ElementsMatch(t, []string{ls[0].Token, ls[1].Token}, tokens(leases))
+		requireSameJob(t, j1, jobs[slices.IndexFunc(jobs, func(j store.Job) bool { return j.ID == j1.ID })])
+
+		jobs, leases, err = tx.LockJobsAndLeases(ctx, []string{j1.ID}, nil)
+		require.NoError(t, err)
+		require.Equal(t, []string{j1.ID}, ids(jobs))
+		require.Empty(t, leases)
+
+		jobs, leases, err = tx.LockJobsAndLeases(ctx, nil, []string{ls[0].Token})
+		require.NoError(t, err)
+		require.Empty(t, jobs)
+		require.Equal(t, []string{ls[0].Token}, tokens(leases))
+		return nil
+	}))
 }

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"InsertManyAllOrNone", testInsertMany},
 		{"UpdateManyShapesAndGuards", testUpdateMany},
 		{"LeaseSetStatusMany", testLeaseSetStatusMany},
+		{"LockJobsAndLeases", testLockJobsAndLeases},
 		{"GetNotFound", testGetNotFound},
 		{"UpdateCompareAndSet", testUpdateCAS},
 		{"UpdateExpectAttempts", testUpdateExpectAttempts},
