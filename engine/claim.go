@@ -40,19 +40,18 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 		for _, it := range p.Items {
 			ids = append(ids, it.JobID)
 		}
-		// Every job of the call is locked at once, before any lease: the lock order of every
-		// transaction that writes both.
-		byID, err := jobsByID(ctx, tx, ids, true)
+		// Every job of the call is locked at once, then the results' leases: the lock order of
+		// every transaction that writes both.
+		byID, held, err := lockJobsAndLeases(ctx, tx, ids, p.Results)
 		if err != nil {
 			return err
 		}
-		// Every row the claim's compare-and-sets write is locked before it writes (the jobs
-		// here, the results' leases in completeIn): their checks can wait for the next
-		// statement.
+		// Every row the claim's compare-and-sets write is locked: their checks can wait for
+		// the next round trip.
 		tx.DeferChecks()
 		var events []store.AuditEvent
 		if len(p.Results) > 0 {
-			if res.Outcomes, events, err = e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, now); err != nil {
+			if res.Outcomes, events, err = e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, held, now); err != nil {
 				return err
 			}
 		}

@@ -29,13 +29,12 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		for _, r := range p.Results {
 			ids = append(ids, r.JobID)
 		}
-		// Jobs first, then leases: the lock order of every transaction that writes both.
-		byID, err := jobsByID(ctx, tx, ids, true)
+		byID, held, err := lockJobsAndLeases(ctx, tx, ids, p.Results)
 		if err != nil {
 			return err
 		}
-		tx.DeferChecks() // the jobs are locked, and completeIn locks the leases it releases
-		outcomes, events, err := e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, now)
+		tx.DeferChecks() // every row completeIn writes is locked
+		outcomes, events, err := e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, held, now)
 		if err != nil {
 			return err
 		}
@@ -53,20 +52,11 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 }
 
 // completeIn records results inside tx (see Complete) and returns their outcomes, in order, and
-// the audit events to insert. byID holds the results' jobs, locked: it must be read before any
-// lease of the transaction, the lock order of every transaction that writes both. The jobs in
-// byID move to their new status.
+// the audit events to insert. byID holds the results' jobs and held their leases, both locked
+// (lockJobsAndLeases). The jobs in byID move to their new status.
 func (e *Engine) completeIn(ctx context.Context, tx store.Tx, workerID string, results []Result,
-	byID map[string]*store.Job, now time.Time) ([]Outcome, []store.AuditEvent, error) {
+	byID map[string]*store.Job, held map[string]*store.Lease, now time.Time) ([]Outcome, []store.AuditEvent, error) {
 	outcomes := make([]Outcome, 0, len(results))
-	tokens := make([]string, 0, len(results))
-	for _, r := range results {
-		tokens = append(tokens, r.LeaseToken)
-	}
-	held, err := leasesByToken(ctx, tx, tokens)
-	if err != nil {
-		return nil, nil, err
-	}
 	var (
 		plans    []plan
 		releases []leases.Change
@@ -131,17 +121,26 @@ func leaseExpired(l *store.Lease, now time.Time) bool {
 	return l.Status == store.LeaseExpired || (l.Status == store.LeaseActive && !l.ExpiresAt.After(now))
 }
 
-// leasesByToken loads and locks the existing leases among tokens.
-func leasesByToken(ctx context.Context, tx store.Executor, tokens []string) (map[string]*store.Lease, error) {
-	got, err := tx.LeaseGetMany(ctx, tokens, true)
+// lockJobsAndLeases loads and locks the existing jobs among ids and the leases of results, jobs
+// first: the lock order of every transaction that writes both.
+func lockJobsAndLeases(ctx context.Context, tx store.Tx, ids []string, results []Result) (map[string]*store.Job, map[string]*store.Lease, error) {
+	tokens := make([]string, 0, len(results))
+	for _, r := range results {
+		tokens = append(tokens, r.LeaseToken)
+	}
+	jobs, leases, err := tx.LockJobsAndLeases(ctx, ids, tokens)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make(map[string]*store.Lease, len(got))
-	for i := range got {
-		out[got[i].Token] = &got[i]
+	byID := make(map[string]*store.Job, len(jobs))
+	for i := range jobs {
+		byID[jobs[i].ID] = &jobs[i]
 	}
-	return out, nil
+	held := make(map[string]*store.Lease, len(leases))
+	for i := range leases {
+		held[leases[i].Token] = &leases[i]
+	}
+	return byID, held, nil
 }
 
 // ownsAttempt reports whether r is the result of the job's current attempt by this worker.
