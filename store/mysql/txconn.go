@@ -28,8 +28,8 @@ import (
 //     rows each matched are checked once they have gone out, from the driver's
 //     AllRowsAffected. Only an Exec answers with those, so deferred writes go in front of the
 //     next Exec, and in a round trip of their own ahead of a read or of COMMIT (which must not
-//     run before they are checked). A claim that carries results then takes five round trips
-//     instead of seven.
+//     run before they are checked). With Tx.LockJobsAndLeases, a claim that carries results
+//     takes four round trips instead of seven.
 //
 // All ride on multiStatements=true. A held write that fails fails the statement it went out
 // with (the server runs none of the rest), and the transaction rolls back as it would have.
