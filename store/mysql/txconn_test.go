@@ -34,14 +34,22 @@ func TestTxFolding(t *testing.T) {
 		return store.AuditEvent{TS: time.Now(), EventType: "test", JobID: jobID, Details: []byte(details)}
 	}
 
+	// dirtyReader is another session that reads uncommitted rows: it sees a write as soon as a
+	// statement carried it to the server.
+	dirtyReader := func(t *testing.T) *sql.Conn {
+		t.Helper()
+		dirty, err := raw.Conn(t.Context())
+		require.NoError(t, err)
+		t.Cleanup(func() { dirty.Close() })
+		_, err = dirty.ExecContext(t.Context(), "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+		require.NoError(t, err)
+		return dirty
+	}
+
 	t.Run("HeldUntilNextStatement", func(t *testing.T) {
 		// Another session reading uncommitted rows sees the audit row only once a statement
 		// carried it to the server, and the job row with it.
-		dirty, err := raw.Conn(t.Context())
-		require.NoError(t, err)
-		defer dirty.Close()
-		_, err = dirty.ExecContext(t.Context(), "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
-		require.NoError(t, err)
+		dirty := dirtyReader(t)
 		seen := func(jobID string) int {
 			var n int
 			require.NoError(t, dirty.QueryRowContext(t.Context(),
@@ -64,11 +72,7 @@ func TestTxFolding(t *testing.T) {
 	t.Run("DeferredCompareAndSet", func(t *testing.T) {
 		// After DeferChecks a compare-and-set write waits for the next statement like a blind
 		// one; without it, it goes at once.
-		dirty, err := raw.Conn(t.Context())
-		require.NoError(t, err)
-		defer dirty.Close()
-		_, err = dirty.ExecContext(t.Context(), "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
-		require.NoError(t, err)
+		dirty := dirtyReader(t)
 		status := func(jobID string) store.JobStatus {
 			var st string
 			require.NoError(t, dirty.QueryRowContext(t.Context(),
