@@ -16,6 +16,7 @@ import (
 // Readiness check names of /readyz.
 const (
 	CheckMySQL      = "mysql"
+	CheckSQLite     = "sqlite" // the database check of the embedded mode
 	CheckMigrations = "migrations"
 	CheckRedis      = "redis"
 )
@@ -66,25 +67,26 @@ func (s *Server) readyz(c *gin.Context) {
 	c.JSON(status, h)
 }
 
-// checkDependencies is the default readiness check: MariaDB answers and its schema is migrated
-// (a version above zero, not dirty), and Redis answers. The checks run concurrently.
+// checkDependencies is the default readiness check: the database (MariaDB, or SQLite in the
+// embedded mode) answers and its schema is migrated (a version above zero, not dirty), and
+// Redis answers. The checks run concurrently.
 func (s *Server) checkDependencies(ctx context.Context) map[string]error {
 	var (
-		wg                     sync.WaitGroup
-		mysqlErr, migrationErr error
-		redisErr               error
+		wg                  sync.WaitGroup
+		dbErr, migrationErr error
+		redisErr            error
 	)
 	wg.Go(func() {
 		st := s.engine.Store()
-		if mysqlErr = st.Ping(ctx); mysqlErr != nil {
-			migrationErr = &CheckError{Reason: "unknown: mysql is down"}
+		if dbErr = st.Ping(ctx); dbErr != nil {
+			migrationErr = &CheckError{Reason: "unknown: " + s.database + " is down"}
 			return
 		}
 		migrationErr = checkSchema(st.SchemaVersion(ctx))
 	})
 	wg.Go(func() { redisErr = s.engine.Streams().Ping(ctx) })
 	wg.Wait()
-	return map[string]error{CheckMySQL: mysqlErr, CheckMigrations: migrationErr, CheckRedis: redisErr}
+	return map[string]error{s.database: dbErr, CheckMigrations: migrationErr, CheckRedis: redisErr}
 }
 
 // checkSchema judges the result of Store.SchemaVersion.

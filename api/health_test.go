@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
@@ -95,6 +96,20 @@ func TestReadyzWithoutDatabase(t *testing.T) {
 			require.Contains(t, h.Checks[CheckMigrations], c.check)
 		})
 	}
+	t.Run("SQLiteNamed", func(t *testing.T) {
+		// The embedded mode's database is named for what it is.
+		t.Parallel()
+		log := slog.New(slog.DiscardHandler)
+		eng := engine.New(schemaStore{version: 6}, down.eng.Streams(), down.eng.Config(), engine.Options{Logger: log})
+		b := &bundle{srv: New(Options{Engine: eng, Logger: log, Database: CheckSQLite})}
+		rec := b.request(t, http.MethodGet, "/readyz", "", nil)
+		h := decode[client.Health](t, rec)
+		require.Equal(t, map[string]string{CheckSQLite: "ok", CheckMigrations: "ok", CheckRedis: "down"}, h.Checks)
+
+		b = &bundle{srv: New(Options{Engine: down.eng, Logger: log, Database: CheckSQLite})}
+		rec = b.request(t, http.MethodGet, "/readyz", "", nil)
+		require.Contains(t, decode[client.Health](t, rec).Checks[CheckMigrations], "sqlite is down")
+	})
 	t.Run("Hook", func(t *testing.T) {
 		t.Parallel()
 		srv := New(Options{Engine: down.eng, Logger: slog.New(slog.DiscardHandler),

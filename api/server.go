@@ -58,8 +58,11 @@ type Options struct {
 	// Pools serves the worker pools and the worker registry (nil: those routes answer 503).
 	Pools *pools.Service
 	// Ready overrides the readiness checks of /readyz: it returns one entry per dependency, nil
-	// when that dependency is fine. Default: MariaDB ping, applied migrations, Redis ping.
+	// when that dependency is fine. Default: database ping, applied migrations, Redis ping.
 	Ready func(ctx context.Context) map[string]error
+	// Database names the database check of the default Ready: CheckMySQL (the default) or
+	// CheckSQLite (the embedded mode).
+	Database string
 }
 
 // Server is the HTTP API. It is safe for concurrent use.
@@ -70,6 +73,7 @@ type Server struct {
 	auth      AuthOptions
 	log       *slog.Logger
 	ready     func(ctx context.Context) map[string]error
+	database  string // the name of the database check
 	leader    LeaderInfo
 	metrics   *metrics.Registry
 	admission *admission.Controller
@@ -83,13 +87,14 @@ var releaseMode sync.Once
 func New(opts Options) *Server {
 	releaseMode.Do(func() { gin.SetMode(gin.ReleaseMode) })
 	s := &Server{
-		engine:  opts.Engine,
-		cfg:     opts.Config,
-		auth:    opts.Auth,
-		log:     cmp.Or(opts.Logger, slog.Default()).With("component", "api"),
-		ready:   opts.Ready,
-		metrics: metricsOf(opts),
-		leader:  opts.Leader,
+		engine:   opts.Engine,
+		cfg:      opts.Config,
+		auth:     opts.Auth,
+		log:      cmp.Or(opts.Logger, slog.Default()).With("component", "api"),
+		ready:    opts.Ready,
+		database: cmp.Or(opts.Database, CheckMySQL),
+		metrics:  metricsOf(opts),
+		leader:   opts.Leader,
 	}
 	s.admission = opts.Admission
 	s.pools = opts.Pools

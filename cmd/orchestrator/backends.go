@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/leader"
 	"github.com/gpuorch/orchestrator/store"
@@ -32,6 +33,8 @@ type backends struct {
 	setLeaderWork func(work func(ctx context.Context, term int64))
 	// describe names the backends for the logs and the banner.
 	describe string
+	// database is the name of /readyz's database check (api.CheckMySQL, api.CheckSQLite).
+	database string
 	// close releases everything, in reverse order of opening.
 	close func()
 }
@@ -51,6 +54,7 @@ func openBackends(ctx context.Context, cfg *config.Config, log *slog.Logger) (*b
 		store:    st,
 		redis:    rdb,
 		describe: "MariaDB " + redactDSN(cfg.MySQLDSN) + ", Redis " + cfg.RedisAddr,
+		database: api.CheckMySQL,
 		close: func() {
 			_ = rdb.Close()
 			_ = st.Close()

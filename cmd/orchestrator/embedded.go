@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/db"
 	"github.com/gpuorch/orchestrator/engine"
@@ -118,6 +119,7 @@ func openEmbedded(ctx context.Context, cfg *config.Config, log *slog.Logger, own
 		elector:       el,
 		setLeaderWork: work.set,
 		describe:      "SQLite " + path + ", embedded Redis " + srv.Addr(),
+		database:      api.CheckSQLite,
 		close:         closeAll,
 	}, nil
 }

@@ -159,6 +159,7 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 		Metrics:   om.Registry,
 		Admission: adm,
 		Pools:     pw.svc,
+		Database:  be.database,
 	})
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
