@@ -57,6 +57,10 @@ func IdentityFrom(c *gin.Context) (Identity, bool) {
 	return id, ok
 }
 
+// SetTokens replaces the accepted tokens (a reload of the tokens file): from the next request
+// on, a token that is no longer in t is refused. The requests already authenticated finish.
+func (s *Server) SetTokens(t *Tokens) { s.tokens.Store(t) }
+
 // mustIdentity returns the identity of a route behind requireRole.
 func mustIdentity(c *gin.Context) Identity {
 	id, _ := IdentityFrom(c)
@@ -74,7 +78,8 @@ const noTokensMessage = "no API token is configured on this server: create one w
 
 // authenticate resolves the request's identity without deciding whether it may proceed.
 func (s *Server) authenticate(c *gin.Context) (Identity, *Error) {
-	if s.auth.Tokens.Len() == 0 {
+	tokens := s.tokens.Load()
+	if tokens.Len() == 0 {
 		if s.auth.AllowUnauthenticatedLoopback && isLoopback(c.Request.RemoteAddr) {
 			return Identity{Role: RoleAdmin, TokenID: loopbackTokenID}, nil
 		}
@@ -84,7 +89,7 @@ func (s *Server) authenticate(c *gin.Context) (Identity, *Error) {
 	if !ok {
 		return Identity{}, unauthorized("missing bearer token: send \"Authorization: Bearer <token>\"")
 	}
-	rec, ok := s.auth.Tokens.Lookup(token)
+	rec, ok := tokens.Lookup(token)
 	if !ok {
 		return Identity{}, unauthorized("unknown token")
 	}

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -71,6 +72,7 @@ type Server struct {
 	leases    *leases.Manager
 	cfg       *config.Config
 	auth      AuthOptions
+	tokens    atomic.Pointer[Tokens] // the accepted tokens: auth.Tokens, then SetTokens
 	log       *slog.Logger
 	ready     func(ctx context.Context) map[string]error
 	database  string // the name of the database check
@@ -96,6 +98,7 @@ func New(opts Options) *Server {
 		metrics:  metricsOf(opts),
 		leader:   opts.Leader,
 	}
+	s.tokens.Store(opts.Auth.Tokens)
 	s.admission = opts.Admission
 	s.pools = opts.Pools
 	if s.cfg == nil && s.engine != nil {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/gpuorch/orchestrator/engine"
@@ -70,6 +71,19 @@ func (t *Tokens) Len() int {
 		return 0
 	}
 	return len(t.byHash)
+}
+
+// IDs returns the ids of the configured tokens (TokenRecord.ID), sorted.
+func (t *Tokens) IDs() []string {
+	if t == nil {
+		return nil
+	}
+	ids := make([]string, 0, len(t.byHash))
+	for _, rec := range t.byHash {
+		ids = append(ids, rec.ID())
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Lookup returns the record of a presented token. The map lookup is by hash (which leaks nothing

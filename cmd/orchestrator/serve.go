@@ -161,6 +161,7 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 		Pools:     pw.svc,
 		Database:  be.database,
 	})
+	reloadTokensOnHangup(ctx, srv, cfg.TokensFile, tokens, log)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)

@@ -1,7 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +30,7 @@ func tokenCmd() *cobra.Command {
 			fmt.Fprintf(out, "token: %s\n", token)
 			fmt.Fprintf(out, "tokens file line: %s\n", line)
 			fmt.Fprintln(cmd.ErrOrStderr(), "The token is shown only now; the server keeps only its hash. "+
-				"Append the line to the tokens file (ORCH_TOKENS_FILE) and restart or reload the orchestrator.")
+				"Append the line to the tokens file (ORCH_TOKENS_FILE) and reload the orchestrator (SIGHUP) or restart it.")
 			return nil
 		},
 	}
@@ -33,4 +39,52 @@ func tokenCmd() *cobra.Command {
 	_ = create.MarkFlagRequired("role")
 	tok.AddCommand(create)
 	return tok
+}
+
+// reloadTokensOnHangup rereads the tokens (the tokens file and ORCH_API_TOKENS) on every SIGHUP
+// until ctx ends and has srv accept them: a token is added or revoked without a restart.
+func reloadTokensOnHangup(ctx context.Context, srv *api.Server, path string, current *api.Tokens, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				current = reloadTokens(srv, path, os.Getenv(api.TokensEnv), current, log)
+			}
+		}
+	}()
+}
+
+// reloadTokens loads the tokens again and has srv accept them instead of current; it returns
+// the set in use after. A set that does not load (a malformed line, say, which the log names)
+// leaves current in use, and so does an empty set in place of a non-empty one: that would
+// refuse every request, which a typo should not do (restart to run without tokens).
+func reloadTokens(srv *api.Server, path, env string, current *api.Tokens, log *slog.Logger) *api.Tokens {
+	next, err := api.LoadTokens(path, env)
+	switch {
+	case err != nil:
+		log.Error("tokens not reloaded: keeping the ones in use", "tokens", current.Len(), "error", err)
+		return current
+	case next.Len() == 0 && current.Len() > 0:
+		log.Error("tokens not reloaded: the tokens file and "+api.TokensEnv+" hold none now, which would "+
+			"refuse every request; keeping the ones in use (restart to run without tokens)",
+			"tokens", current.Len(), "tokens_file", path)
+		return current
+	}
+	srv.SetTokens(next)
+	was, now := current.IDs(), next.IDs()
+	log.Info("tokens reloaded", "tokens", next.Len(), "added", notIn(now, was), "removed", notIn(was, now))
+	return next
+}
+
+// notIn returns the ids of a that are not in b (sorted).
+func notIn(a, b []string) []string {
+	return slices.DeleteFunc(slices.Clone(a), func(id string) bool {
+		_, found := slices.BinarySearch(b, id)
+		return found
+	})
 }
