@@ -3,7 +3,9 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -93,7 +95,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 // Created false.
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResponse, error) {
 	var out SubmitResponse
-	err := c.do(ctx, http.MethodPost, "/jobs/submit", nil, req, &out)
+	err := c.doKeyed(ctx, req.JobID, http.MethodPost, "/jobs/submit", nil, req, &out)
 	return out, wrap(err, "submit job")
 }
 
@@ -103,7 +105,7 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResponse,
 // (a malformed body, too many jobs, auth) or one that failed.
 func (c *Client) SubmitBatch(ctx context.Context, req SubmitBatchRequest) (SubmitBatchResponse, error) {
 	var out SubmitBatchResponse
-	err := c.do(ctx, http.MethodPost, "/jobs/submit_batch", nil, req, &out)
+	err := c.doKeyed(ctx, batchKey(req.Jobs), http.MethodPost, "/jobs/submit_batch", nil, req, &out)
 	return out, wrap(err, "submit batch of jobs")
 }
 
@@ -190,8 +192,31 @@ func (c *Client) health(ctx context.Context, path string) (Health, error) {
 	return out, wrap(err, "check "+strings.TrimPrefix(path, "/"))
 }
 
+// batchKey is the idempotency key of a batch whose every job has a job_id (a digest of the
+// ids), "" otherwise.
+func batchKey(jobs []SubmitRequest) string {
+	h := sha256.New()
+	for _, j := range jobs {
+		if j.JobID == "" {
+			return ""
+		}
+		io.WriteString(h, j.JobID)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // do sends one request with a JSON body (when in is not nil) and decodes a 2xx answer into out.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	return c.doKeyed(ctx, "", method, path, q, in, out)
+}
+
+// doKeyed is do for a request that may be sent twice with the same effect when key is not
+// empty: a submit whose jobs have a job_id. It goes with an Idempotency-Key header, which
+// lets Go's transport send it again on a new connection when a kept-alive one turns out closed
+// (a load balancer's or the server's idle timeout racing the request), instead of failing it.
+// The server does not read the header: a repeated job_id is what makes the submit idempotent.
+func (c *Client) doKeyed(ctx context.Context, key, method, path string, q url.Values, in, out any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -220,6 +245,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -295,3 +295,87 @@ func TestClientErrors(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	})
 }
+
+// TestSubmitSentAgainOnAClosedConnection: a submit whose job has a job_id carries an
+// Idempotency-Key, so when the kept-alive connection it went out on turns out closed (the
+// server read it and hung up without answering), Go's transport sends it again on a new one.
+// Without a job_id it is not idempotent, and the error is the caller's.
+func TestSubmitSentAgainOnAClosedConnection(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, jobID string
+		wantPosts   int
+		wantErr     bool
+	}{
+		{"WithJobID", "j-keyed", 2, false},
+		{"WithoutJobID", "", 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var (
+				mu    sync.Mutex
+				posts []string // the Idempotency-Key of each POST
+			)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					_ = json.NewEncoder(w).Encode(client.Health{Status: "ok"})
+					return
+				}
+				_, _ = io.Copy(io.Discard, r.Body)
+				mu.Lock()
+				posts = append(posts, r.Header.Get("Idempotency-Key"))
+				first := len(posts) == 1
+				mu.Unlock()
+				if first { // hang up on the first submit without an answer
+					conn, _, err := w.(http.Hijacker).Hijack()
+					require.NoError(t, err)
+					_ = conn.Close()
+					return
+				}
+				w.WriteHeader(http.StatusAccepted)
+				_ = json.NewEncoder(w).Encode(client.SubmitResponse{JobID: "j-keyed", Status: "pending", Created: true})
+			}))
+			t.Cleanup(srv.Close)
+			api := client.New(srv.URL, "")
+			_, err := api.Healthz(context.Background()) // the connection the submit will reuse
+			require.NoError(t, err)
+			_, err = api.Submit(context.Background(), client.SubmitRequest{JobID: c.jobID, Type: "noop", Agent: "a"})
+			if c.wantErr {
+				require.Error(t, err)
+			} else {
+				require.NoError(t, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, posts, c.wantPosts)
+			for _, key := range posts {
+				require.Equal(t, c.jobID, key)
+			}
+		})
+	}
+}
+
+func TestSubmitBatchKey(t *testing.T) {
+	t.Parallel()
+	var keys []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		_ = json.NewEncoder(w).Encode(client.SubmitBatchResponse{})
+	}))
+	t.Cleanup(srv.Close)
+	api := client.New(srv.URL, "")
+	for _, jobs := range [][]client.SubmitRequest{
+		{{JobID: "a"}, {JobID: "b"}},
+		{{JobID: "a"}, {JobID: "b"}},
+		{{JobID: "a"}, {JobID: "c"}},
+		{{JobID: "a"}, {}},
+	} {
+		_, err := api.SubmitBatch(context.Background(), client.SubmitBatchRequest{Jobs: jobs})
+		require.NoError(t, err)
+	}
+	require.Len(t, keys, 4)
+	require.Len(t, keys[0], 64, "a digest of the ids")
+	require.Equal(t, keys[0], keys[1], "the same ids, the same key")
+	require.NotEqual(t, keys[0], keys[2])
+	require.Empty(t, keys[3], "a job without an id: no key")
+}
