@@ -175,16 +175,8 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	res, err := e.q.ExecContext(ctx, "DELETE FROM orchestrator_jobs WHERE job_id IN ("+
+	return e.execCount(ctx, fmt.Sprintf("delete %d %s jobs", len(ids), p.Status), "DELETE FROM orchestrator_jobs WHERE job_id IN ("+
 		placeholders(len(ids))+") AND "+where, slices.Concat(anySlice(ids), condArgs)...)
-	if err != nil {
-		return 0, fmt.Errorf("delete %d %s jobs: %w", len(ids), p.Status, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete %d %s jobs: %w", len(ids), p.Status, err)
-	}
-	return int(n), nil
 }
 
 // LeaseDeleteEnded implements store.MaintenanceExecutor: per ended status it finds the leases
@@ -211,16 +203,8 @@ func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit 
 	if len(tokens) == 0 {
 		return 0, nil
 	}
-	res, err := e.q.ExecContext(ctx, "DELETE FROM orchestrator_leases WHERE token IN ("+placeholders(len(tokens))+
-		") AND status <> ?", append(anySlice(tokens), string(store.LeaseActive))...)
-	if err != nil {
-		return 0, fmt.Errorf("delete %d ended leases: %w", len(tokens), mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete %d ended leases: %w", len(tokens), err)
-	}
-	return int(n), nil
+	return e.execCount(ctx, fmt.Sprintf("delete %d ended leases", len(tokens)), "DELETE FROM orchestrator_leases WHERE token IN ("+
+		placeholders(len(tokens))+") AND status <> ?", append(anySlice(tokens), string(store.LeaseActive))...)
 }
 
 // AuditDeleteBefore finds the oldest rows through idx_audit_ts and deletes them by primary
@@ -238,15 +222,8 @@ func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	res, err := e.q.ExecContext(ctx, "DELETE FROM orchestrator_audit WHERE id IN ("+placeholders(len(ids))+")", anySlice(ids)...)
-	if err != nil {
-		return 0, fmt.Errorf("delete %d audit rows: %w", len(ids), mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete %d audit rows: %w", len(ids), err)
-	}
-	return int(n), nil
+	return e.execCount(ctx, fmt.Sprintf("delete %d audit rows", len(ids)),
+		"DELETE FROM orchestrator_audit WHERE id IN ("+placeholders(len(ids))+")", anySlice(ids)...)
 }
 
 // scanColumn reads the single column of every row and closes rows.

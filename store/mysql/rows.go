@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -19,6 +20,19 @@ func (e executor) queryJobs(ctx context.Context, q string, args ...any) ([]store
 	}
 	defer rows.Close()
 	return scanRows(rows, scanJob)
+}
+
+// execCount runs a write and returns how many rows it changed; what names it in errors.
+func (e executor) execCount(ctx context.Context, what, q string, args ...any) (int, error) {
+	res, err := e.q.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, mapErr(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return int(n), nil
 }
 
 // scanRows scans the rows of the current result set with scan.

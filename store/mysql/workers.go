@@ -173,17 +173,9 @@ func (e executor) WorkerDelete(ctx context.Context, id string) error {
 
 // WorkerDeleteOffline deletes old offline workers, oldest heartbeat first.
 func (e executor) WorkerDeleteOffline(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := e.q.ExecContext(ctx, `DELETE FROM workers WHERE status = ? AND last_heartbeat < ?
+	return e.execCount(ctx, "forget offline workers", `DELETE FROM workers WHERE status = ? AND last_heartbeat < ?
 		ORDER BY last_heartbeat LIMIT ?`, string(store.WorkerOffline), dbTime(before),
 		clampLimit(limit, listLimitDefault, listLimitMax))
-	if err != nil {
-		return 0, fmt.Errorf("forget offline workers: %w", mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("forget offline workers: %w", err)
-	}
-	return int(n), nil
 }
 
 func (e executor) queryWorkers(ctx context.Context, q string, args ...any) ([]store.Worker, error) {

@@ -161,47 +161,23 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 	q := `DELETE FROM orchestrator_jobs WHERE job_id IN (SELECT job_id FROM orchestrator_jobs
 		WHERE created_at < ? AND ` + strings.Join(cond, " AND ") + ` ORDER BY created_at, job_id LIMIT ?)`
 	args = slices.Concat([]any{before}, args, []any{clampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax)})
-	res, err := e.w.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, fmt.Errorf("delete %s jobs: %w", p.Status, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete %s jobs: %w", p.Status, err)
-	}
-	return int(n), nil
+	return e.execCount(ctx, fmt.Sprintf("delete %s jobs", p.Status), q, args...)
 }
 
 // LeaseDeleteEnded implements store.MaintenanceExecutor in one statement, through
 // idx_leases_status_expires.
 func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := e.w.ExecContext(ctx, `DELETE FROM orchestrator_leases WHERE token IN (
+	return e.execCount(ctx, "delete ended leases", `DELETE FROM orchestrator_leases WHERE token IN (
 		SELECT token FROM orchestrator_leases WHERE status IN (?, ?) AND expires_at < ? AND ended_at < ?
 		ORDER BY expires_at LIMIT ?)`,
 		string(store.LeaseReleased), string(store.LeaseExpired), dbTime(before), dbTime(before),
 		clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
-	if err != nil {
-		return 0, fmt.Errorf("delete ended leases: %w", mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete ended leases: %w", err)
-	}
-	return int(n), nil
 }
 
 // AuditDeleteBefore deletes up to limit audit rows older than before, oldest first (through
 // idx_audit_ts), in one statement.
 func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := e.w.ExecContext(ctx, `DELETE FROM orchestrator_audit WHERE id IN (
+	return e.execCount(ctx, "delete audit rows", `DELETE FROM orchestrator_audit WHERE id IN (
 		SELECT id FROM orchestrator_audit WHERE ts < ? ORDER BY ts, id LIMIT ?)`,
 		dbTime(before), clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
-	if err != nil {
-		return 0, fmt.Errorf("delete audit rows: %w", mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete audit rows: %w", err)
-	}
-	return int(n), nil
 }

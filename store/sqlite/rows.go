@@ -12,6 +12,19 @@ import (
 	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
+// execCount runs a write and returns how many rows it changed; what names it in errors.
+func (e executor) execCount(ctx context.Context, what, q string, args ...any) (int, error) {
+	res, err := e.w.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, mapErr(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return int(n), nil
+}
+
 // queryJobs runs a SELECT of jobColumns and scans every row.
 func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]store.Job, error) {
 	rows, err := q.QueryContext(ctx, query, args...)

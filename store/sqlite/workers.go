@@ -175,17 +175,9 @@ func (e executor) WorkerDelete(ctx context.Context, id string) error {
 
 // WorkerDeleteOffline deletes old offline workers, oldest heartbeat first.
 func (e executor) WorkerDeleteOffline(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := e.w.ExecContext(ctx, `DELETE FROM workers WHERE worker_id IN (SELECT worker_id FROM workers
+	return e.execCount(ctx, "forget offline workers", `DELETE FROM workers WHERE worker_id IN (SELECT worker_id FROM workers
 		WHERE status = ? AND last_heartbeat < ? ORDER BY last_heartbeat LIMIT ?)`,
 		string(store.WorkerOffline), dbTime(before), clampLimit(limit, listLimitDefault, listLimitMax))
-	if err != nil {
-		return 0, fmt.Errorf("forget offline workers: %w", mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("forget offline workers: %w", err)
-	}
-	return int(n), nil
 }
 
 func scanWorker(row scanner) (store.Worker, error) {
