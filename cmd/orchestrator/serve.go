@@ -162,10 +162,12 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 		Database:  be.database,
 	})
 	reloadTokensOnHangup(ctx, srv, cfg.TokensFile, tokens, log)
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	tcp, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	// A connection opened ahead of need waits as an idle one, not against ReadHeaderTimeout.
+	ln := api.NewListener(tcp, api.IdleTimeout)
 	hs := api.NewHTTPServer(cfg.HTTPAddr, srv.Handler())
 	if hs.TLSConfig, err = api.ServerTLS(cfg.TLS); err != nil {
 		_ = ln.Close()
