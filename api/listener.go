@@ -23,7 +23,10 @@ import (
 // anything is closed after idle, the time an idle kept-alive connection is kept anyway.
 //
 // The first byte is peeked (MSG_PEEK), not read: the connection reaches the server as
-// accepted, with its type (TLS is layered above this listener by ServeTLS).
+// accepted, with its type (TLS is layered above this listener by ServeTLS). Under TLS the wait
+// ends with the ClientHello, which clients send at once, so a TLS connection opened ahead of
+// need still meets ReadHeaderTimeout after its handshake. Waiting past the handshake would
+// mean peeking below a tls.Conn that may already hold the request's first record.
 func NewListener(inner net.Listener, idle time.Duration) net.Listener {
 	l := &idleListener{Listener: inner, idle: idle, ready: make(chan net.Conn),
 		failed: make(chan error), done: make(chan struct{}), waiting: map[net.Conn]struct{}{}}

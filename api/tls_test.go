@@ -78,6 +78,9 @@ func TestTLS(t *testing.T) {
 	srv := New(Options{Engine: b.eng, Config: &cfg, Auth: b.srv.auth, Logger: slog.New(slog.DiscardHandler)})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.TLS = srvTLS
+	// As serve does: TLS above NewListener, whose connections keep their type, so client
+	// certificates still reach the handlers.
+	ts.Listener = NewListener(ts.Listener, time.Minute)
 	ts.StartTLS()
 	t.Cleanup(ts.Close)
 
