@@ -14,7 +14,7 @@ import (
 
 // serveIdle serves a 200 on every path through NewListener(idle), with the given
 // ReadHeaderTimeout, and returns the address.
-func serveIdle(t *testing.T, idle, readHeader time.Duration) (string, *http.Server) {
+func serveIdle(t *testing.T, idle, readHeader time.Duration) string {
 	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -25,7 +25,7 @@ func serveIdle(t *testing.T, idle, readHeader time.Duration) (string, *http.Serv
 	ln := NewListener(inner, idle)
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() { _ = hs.Close() })
-	return inner.Addr().String(), hs
+	return inner.Addr().String()
 }
 
 // get sends one request on c and returns the status line of the answer.
@@ -48,7 +48,7 @@ func get(t *testing.T, c net.Conn) (string, error) {
 // the listener the server closes it at that timeout and the request gets EOF.
 func TestListenerKeepsUnusedConnections(t *testing.T) {
 	t.Parallel()
-	addr, _ := serveIdle(t, 10*time.Second, 200*time.Millisecond)
+	addr := serveIdle(t, 10*time.Second, 200*time.Millisecond)
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
@@ -72,7 +72,7 @@ func TestListenerKeepsUnusedConnections(t *testing.T) {
 // time, and one that the client closes is dropped without reaching the server.
 func TestListenerClosesIdleConnections(t *testing.T) {
 	t.Parallel()
-	addr, _ := serveIdle(t, 300*time.Millisecond, time.Second)
+	addr := serveIdle(t, 300*time.Millisecond, time.Second)
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
