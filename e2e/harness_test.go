@@ -163,10 +163,27 @@ func (c *cluster) start(name, bin string, extraEnv []string, args ...string) *pr
 		p.kill()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
+			t.Logf("---- %s log: warnings and errors (last 8 KiB of them) ----\n%s", name, tail(problems(b), 8192))
 			t.Logf("---- %s log (last 4 KiB) ----\n%s", name, tail(b, 4096))
 		}
 	})
 	return p
+}
+
+// problems returns the lines of a process log at level WARN or ERROR, and panics: what a
+// failure under load is explained by, often long before the log's tail.
+func problems(log []byte) []byte {
+	var out []byte
+	for line := range bytes.Lines(log) {
+		for _, mark := range [][]byte{[]byte("level=WARN"), []byte("level=ERROR"), []byte(`"level":"WARN"`),
+			[]byte(`"level":"ERROR"`), []byte("panic:")} {
+			if bytes.Contains(line, mark) {
+				out = append(out, line...)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func tail(b []byte, n int) string {
