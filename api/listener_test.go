@@ -100,12 +100,17 @@ func TestListenerShutdown(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	hs := NewHTTPServer("", http.NotFoundHandler())
+	ln := NewListener(inner, time.Minute).(*idleListener)
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(NewListener(inner, time.Minute)) }()
+	go func() { served <- hs.Serve(ln) }()
 	c, err := net.Dial("tcp", inner.Addr().String())
 	require.NoError(t, err)
 	defer c.Close()
-	time.Sleep(100 * time.Millisecond) // accepted, waiting
+	require.Eventually(t, func() bool { // accepted, waiting for its first byte
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return len(ln.waiting) == 1
+	}, 5*time.Second, 5*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, hs.Shutdown(ctx))
