@@ -170,13 +170,16 @@ func (c *cluster) start(name, bin string, extraEnv []string, args ...string) *pr
 	return p
 }
 
+// problemMarks mark the log lines problems keeps, in the text and the JSON log formats.
+var problemMarks = [][]byte{[]byte("level=WARN"), []byte("level=ERROR"), []byte(`"level":"WARN"`),
+	[]byte(`"level":"ERROR"`), []byte("panic:")}
+
 // problems returns the lines of a process log at level WARN or ERROR, and panics: what a
 // failure under load is explained by, often long before the log's tail.
 func problems(log []byte) []byte {
 	var out []byte
 	for line := range bytes.Lines(log) {
-		for _, mark := range [][]byte{[]byte("level=WARN"), []byte("level=ERROR"), []byte(`"level":"WARN"`),
-			[]byte(`"level":"ERROR"`), []byte("panic:")} {
+		for _, mark := range problemMarks {
 			if bytes.Contains(line, mark) {
 				out = append(out, line...)
 				break
