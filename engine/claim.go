@@ -86,8 +86,9 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 					LeaseToken: &lease.Token,
 					Now:        now,
 				},
+				// The grant of the job's lease is recorded here, not in a row of its own.
 				details: map[string]any{"attempt": attempts, "node_id": p.NodeID, "message_id": c.item.MessageID,
-					"lease_mode": lease.Mode, "gpu_index": lease.GPUIndex},
+					"lease": leases.GrantDetails(lease)},
 			}}})
 			granted = append(granted, lease)
 			res.Leases[job.ID] = lease
@@ -97,8 +98,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 			return err
 		}
 		events = append(events, claimEvents...)
-		for i, pl := range plans {
-			events = append(events, leases.GrantedEvent(granted[i], actor))
+		for _, pl := range plans {
 			res.Claimed = append(res.Claimed, *pl.job)
 		}
 		// The worker acks and drops an entry refused as not due. Such an entry is stale (the

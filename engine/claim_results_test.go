@@ -45,7 +45,7 @@ func TestClaimCarriesResults(t *testing.T) {
 		require.Equal(t, store.LeaseReleased, b.lease(t, tokFailed).Status)
 		require.Equal(t, store.JobClaimed, b.job(t, next.ID).Status)
 		require.Equal(t, store.LeaseActive, b.lease(t, res.Leases[next.ID].Token).Status)
-		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted", "lease.released",
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed",
 			"job.claimed->running", "job.running->done"}, b.auditTypes(t, done.ID),
 			"the same trail as a completion of its own")
 	})

@@ -67,11 +67,16 @@ func (e *Engine) completeIn(ctx context.Context, tx store.Tx, workerID string, r
 		actor    = "worker:" + workerID
 		status   = make([]*store.Job, len(results)) // whose status each outcome reports
 	)
-	release := func(l *store.Lease, details map[string]any) {
+	// folded[i]: releases[i] is recorded by its job's transition row, not a row of its own.
+	var folded []bool
+	release := func(l *store.Lease, details map[string]any) bool {
 		if l != nil && l.Status == store.LeaseActive && !released[l.Token] {
 			released[l.Token] = true
 			releases = append(releases, leases.Change{Lease: l, To: store.LeaseReleased, Details: details})
+			folded = append(folded, false)
+			return true
 		}
+		return false
 	}
 	for i, r := range results {
 		job, ok := byID[r.JobID]
@@ -94,14 +99,26 @@ func (e *Engine) completeIn(ctx context.Context, tx store.Tx, workerID string, r
 			continue
 		}
 		settled[job.ID] = true
-		release(lease, map[string]any{"attempt": job.Attempts, "done": r.Done})
 		pl, outcome := e.finish(job, actor, r, now)
+		// The job's own lease ends with the attempt: the job's last transition row (the one
+		// that clears its lease_token) records the release (see transitionAll).
+		if release(lease, nil) {
+			folded[len(folded)-1] = true
+			last := &pl.steps[len(pl.steps)-1]
+			last.details = withDetail(last.details, "lease_released", true)
+		}
 		plans = append(plans, pl)
 		outcomes = append(outcomes, Outcome{JobID: r.JobID, Outcome: outcome})
 	}
-	events, err := leases.TransitionMany(ctx, tx, releases, now, actor)
+	leaseEvents, err := leases.TransitionMany(ctx, tx, releases, now, actor)
 	if err != nil {
 		return nil, nil, err
+	}
+	events := leaseEvents[:0]
+	for i, ev := range leaseEvents {
+		if !folded[i] {
+			events = append(events, ev)
+		}
 	}
 	jobEvents, err := transitionAll(ctx, tx, plans)
 	if err != nil {
@@ -218,6 +235,15 @@ func (e *Engine) afterFailure(job *store.Job, nonRetryable bool, now time.Time, 
 	step(store.JobUpdate{To: store.JobPending, AvailableAt: &at, Enqueued: &f, WorkerID: &empty, LeaseToken: &empty},
 		map[string]any{"retry_in_ms": delay.Milliseconds(), "next_attempt": job.Attempts + 1})
 	return OutcomeRetry
+}
+
+// withDetail sets details[key] = value, making the map when there is none.
+func withDetail(details map[string]any, key string, value any) map[string]any {
+	if details == nil {
+		details = map[string]any{}
+	}
+	details[key] = value
+	return details
 }
 
 func truncate(s string, n int) string {

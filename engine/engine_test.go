@@ -105,6 +105,21 @@ func (b *bundle) auditTypes(t *testing.T, jobID string) []string {
 	return out
 }
 
+// auditEvent returns the job's one audit row of type typ.
+func (b *bundle) auditEvent(t *testing.T, jobID, typ string) store.AuditEvent {
+	t.Helper()
+	evs, err := b.store.AuditList(context.Background(), store.AuditListParams{JobID: jobID, Limit: 100})
+	require.NoError(t, err)
+	var found []store.AuditEvent
+	for _, e := range evs {
+		if e.EventType == typ {
+			found = append(found, e)
+		}
+	}
+	require.Len(t, found, 1, "audit rows %s of job %s", typ, jobID)
+	return found[0]
+}
+
 func TestSubmit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -210,7 +225,8 @@ func TestClaim(t *testing.T) {
 			{JobID: a.ID, Reason: engine.RefusedNotPending},
 			{JobID: c.ID, Reason: engine.RefusedNotPending},
 		}, res.Refused)
-		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted"}, b.auditTypes(t, a.ID))
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed"}, b.auditTypes(t, a.ID),
+			"the claim row records the lease's grant")
 	})
 
 	t.Run("ConcurrentClaimsOneWinner", func(t *testing.T) {
@@ -259,15 +275,32 @@ func TestComplete(t *testing.T) {
 		require.JSONEq(t, `{"ok":true}`, string(got.Result))
 		require.NotNil(t, got.StartedAt)
 		require.NotNil(t, got.FinishedAt)
-		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted", "job.claimed->running",
-			"lease.released", "job.running->done"}, b.auditTypes(t, job.ID))
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "job.claimed->running",
+			"job.running->done"}, b.auditTypes(t, job.ID))
 		require.Equal(t, store.LeaseReleased, b.lease(t, tok).Status, "completion releases the lease")
+		// The job's rows record its lease: the claim its grant, the last transition its release.
+		claimed := b.auditEvent(t, job.ID, "job.pending->claimed")
+		require.Equal(t, tok, claimed.LeaseToken)
+		var details struct {
+			Lease struct {
+				Mode  string `json:"mode"`
+				Agent string `json:"agent"`
+				TTLMS int64  `json:"ttl_ms"`
+			} `json:"lease"`
+		}
+		require.NoError(t, json.Unmarshal(claimed.Details, &details))
+		require.Equal(t, "cpu", details.Lease.Mode)
+		require.Equal(t, "tester", details.Lease.Agent)
+		require.Positive(t, details.Lease.TTLMS)
+		done := b.auditEvent(t, job.ID, "job.running->done")
+		require.Equal(t, tok, done.LeaseToken, "the row names the lease its transition ended")
+		require.JSONEq(t, `{"attempt":1,"lease_released":true}`, string(done.Details))
 
 		// A second report of the same attempt changes nothing.
 		res, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true}}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeStale, res.Outcomes[0].Outcome)
-		require.Len(t, b.auditTypes(t, job.ID), 6)
+		require.Len(t, b.auditTypes(t, job.ID), 4)
 	})
 
 	t.Run("DoneWithoutStartRecordsStart", func(t *testing.T) {
@@ -281,7 +314,7 @@ func TestComplete(t *testing.T) {
 			{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true, Elapsed: 500 * time.Millisecond}}})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeDone, res.Outcomes[0].Outcome)
-		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted", "lease.released",
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed",
 			"job.claimed->running", "job.running->done"}, b.auditTypes(t, job.ID))
 		got, err := b.eng.Get(ctx, job.ID)
 		require.NoError(t, err)
@@ -338,6 +371,11 @@ func TestComplete(t *testing.T) {
 		require.False(t, got.Enqueued)
 		require.Equal(t, "boom", got.LastError)
 		require.True(t, got.AvailableAt.After(b.clock.Now()), "backoff puts the retry in the future")
+		require.Equal(t, store.LeaseReleased, b.lease(t, tok).Status)
+		retry := b.auditEvent(t, job.ID, "job.failed->pending")
+		require.Equal(t, tok, retry.LeaseToken, "the retry row names the lease the attempt gave back")
+		require.Contains(t, string(retry.Details), `"lease_released":true`)
+		require.Equal(t, tok, b.auditEvent(t, job.ID, "job.claimed->failed").LeaseToken)
 
 		// Not due: neither claimable nor published.
 		res2 := b.claim(t, "w1", job.ID)

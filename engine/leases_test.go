@@ -166,7 +166,7 @@ func TestLeasePurger(t *testing.T) {
 		require.False(t, got.Enqueued)
 		require.True(t, got.AvailableAt.After(b.clock.Now()))
 		require.Equal(t, store.LeaseExpired, b.lease(t, tok).Status)
-		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "lease.granted", "job.claimed->running",
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "job.claimed->running",
 			"lease.expired", "job.running->failed", "job.failed->pending"}, b.auditTypes(t, job.ID))
 
 		// The zombie's late result is refused and changes nothing.

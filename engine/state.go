@@ -117,14 +117,19 @@ func transitionAll(ctx context.Context, tx store.Executor, plans []plan) ([]stor
 	var events []store.AuditEvent
 	for _, p := range plans {
 		for _, s := range p.steps {
-			from := p.job.Status
+			from, held := p.job.Status, p.job.LeaseToken
 			applyUpdate(p.job, s.update)
 			recordTransition(tx, from, p.job, s.update.Now)
+			// The row names the job's lease, or the one this transition took from it.
+			token := p.job.LeaseToken
+			if token == "" {
+				token = held
+			}
 			ev := store.AuditEvent{
 				TS:         s.update.Now,
 				EventType:  TransitionEvent(from, s.update.To),
 				JobID:      p.job.ID,
-				LeaseToken: p.job.LeaseToken,
+				LeaseToken: token,
 				Actor:      p.actor,
 			}
 			if len(s.details) > 0 {

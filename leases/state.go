@@ -117,8 +117,15 @@ func TransitionMany(ctx context.Context, tx store.Executor, changes []Change, no
 	return events, nil
 }
 
-// GrantedEvent is the audit event of a new lease.
+// GrantedEvent is the audit event of a new lease an agent took. A job's lease has none: the
+// job's claim row records its grant (GrantDetails) in the same transaction.
 func GrantedEvent(l store.Lease, actor string) store.AuditEvent {
+	return auditEvent(l, EventGranted, l.CreatedAt, actor, GrantDetails(l))
+}
+
+// GrantDetails describes a new lease in an audit row: what it holds, where, for whom and for
+// how long.
+func GrantDetails(l store.Lease) map[string]any {
 	details := map[string]any{"mode": l.Mode, "node_id": l.NodeID, "memory_mb": l.MemoryMB,
 		"ttl_ms": l.TTL.Milliseconds(), "agent": l.Agent}
 	if l.GPUIndex != nil {
@@ -127,7 +134,7 @@ func GrantedEvent(l store.Lease, actor string) store.AuditEvent {
 	if l.Exclusive {
 		details["exclusive"] = true
 	}
-	return auditEvent(l, EventGranted, l.CreatedAt, actor, details)
+	return details
 }
 
 func auditEvent(l store.Lease, typ string, now time.Time, actor string, details map[string]any) store.AuditEvent {
