@@ -54,6 +54,13 @@ func (s JobStatus) Valid() bool {
 	return false
 }
 
+// JobHolder is who holds a job: its status and the worker of its attempt ("" when none).
+type JobHolder struct {
+	ID       string
+	Status   JobStatus
+	WorkerID string
+}
+
 // Job is one row of orchestrator_jobs.
 type Job struct {
 	ID          string
@@ -188,6 +195,9 @@ type JobExecutor interface {
 	// JobGetMany returns the jobs that exist among ids (in no particular order); forUpdate locks
 	// them for the rest of the transaction (only meaningful in a Tx).
 	JobGetMany(ctx context.Context, ids []string, forUpdate bool) ([]Job, error)
+	// JobHolders returns who holds each job that exists among ids: its status and worker, without
+	// the payload or result (in no particular order, never locking).
+	JobHolders(ctx context.Context, ids []string) ([]JobHolder, error)
 	// JobList returns a page of jobs, newest first.
 	JobList(ctx context.Context, p JobListParams) ([]Job, error)
 	// JobUpdate applies one compare-and-set write.

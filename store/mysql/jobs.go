@@ -102,6 +102,20 @@ func (e executor) JobGetMany(ctx context.Context, ids []string, forUpdate bool) 
 	return jobs, nil
 }
 
+// JobHolders returns the status and worker of the existing jobs among ids, in id order per
+// chunk. It reads no payload: a worker asks about every job it runs on each call.
+func (e executor) JobHolders(ctx context.Context, ids []string) ([]store.JobHolder, error) {
+	var out []store.JobHolder
+	for chunk := range slices.Chunk(distinctIDs(ids), batchChunk) {
+		got, err := e.queryJobHolders(ctx, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("get job holders: %w", err)
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
 // distinctIDs returns the ids that can exist (asciiID), sorted, each once: the order of the
 // rows a batch locks.
 func distinctIDs(ids []string) []string {

@@ -22,6 +22,21 @@ func (e executor) queryJobs(ctx context.Context, q string, args ...any) ([]store
 	return scanRows(rows, scanJob)
 }
 
+// queryJobHolders reads the holders of ids (at most batchChunk of them).
+func (e executor) queryJobHolders(ctx context.Context, ids []string) ([]store.JobHolder, error) {
+	rows, err := e.q.QueryContext(ctx, "SELECT job_id, status, worker_id FROM orchestrator_jobs WHERE job_id IN ("+
+		placeholders(len(ids))+") ORDER BY job_id", anySlice(ids)...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	return scanRows(rows, func(row scanner) (store.JobHolder, error) {
+		var h store.JobHolder
+		err := row.Scan(&h.ID, &h.Status, &h.WorkerID)
+		return h, mapErr(err)
+	})
+}
+
 // execCount runs a write and returns how many rows it changed; what names it in errors.
 func (e executor) execCount(ctx context.Context, what, q string, args ...any) (int, error) {
 	res, err := e.q.ExecContext(ctx, q, args...)

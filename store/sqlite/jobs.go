@@ -77,6 +77,22 @@ func (e executor) JobGet(ctx context.Context, id string) (store.Job, error) {
 	return j, nil
 }
 
+// JobHolders returns the status and worker of the existing jobs among ids, in id order per
+// chunk, without their payloads.
+func (e executor) JobHolders(ctx context.Context, ids []string) ([]store.JobHolder, error) {
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !asciiID(id) })
+	slices.Sort(ids)
+	var out []store.JobHolder
+	for chunk := range slices.Chunk(slices.Compact(ids), batchChunk) {
+		got, err := queryJobHolders(ctx, e.r, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("get job holders: %w", err)
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
 // JobGetMany returns the existing jobs among ids, in id order per chunk. forUpdate needs no
 // lock here: inside WithTx the transaction already holds the database's write lock (see the
 // package doc), and outside a transaction it means nothing, as with MariaDB.

@@ -25,6 +25,28 @@ func (e executor) execCount(ctx context.Context, what, q string, args ...any) (i
 	return int(n), nil
 }
 
+// queryJobHolders reads the holders of ids (at most batchChunk of them).
+func queryJobHolders(ctx context.Context, q querier, ids []string) ([]store.JobHolder, error) {
+	rows, err := q.QueryContext(ctx, "SELECT job_id, status, worker_id FROM orchestrator_jobs WHERE job_id IN ("+
+		placeholders(len(ids))+") ORDER BY job_id", anySlice(ids)...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var out []store.JobHolder
+	for rows.Next() {
+		var h store.JobHolder
+		if err := rows.Scan(&h.ID, &h.Status, &h.WorkerID); err != nil {
+			return nil, mapErr(err)
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
+}
+
 // queryJobs runs a SELECT of jobColumns and scans every row.
 func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]store.Job, error) {
 	rows, err := q.QueryContext(ctx, query, args...)

@@ -272,6 +272,23 @@ func testGetMany(t *testing.T, b *bundle) {
 	require.Empty(t, got)
 }
 
+func testHolders(t *testing.T, b *bundle) {
+	a := b.insert(t, "holders-a")
+	c := b.insert(t, "holders-c")
+	require.NoError(t, b.update(t, store.JobUpdate{ID: c.ID, From: store.JobPending, To: store.JobClaimed,
+		WorkerID: new("w1"), Now: b.now}))
+	got, err := b.s.JobHolders(t.Context(), []string{c.ID, b.id("missing"), a.ID, a.ID, "not ascii é"})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []store.JobHolder{
+		{ID: a.ID, Status: store.JobPending},
+		{ID: c.ID, Status: store.JobClaimed, WorkerID: "w1"},
+	}, got)
+
+	got, err = b.s.JobHolders(t.Context(), nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
 func testGetManyForUpdate(t *testing.T, b *bundle) {
 	var all []string
 	for _, n := range []string{"x", "y", "z"} {

@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UpdateRoundTrip", testUpdateRoundTrip},
 		{"UpdateIdenticalValuesIsNotConflict", testUpdateIdentical},
 		{"GetMany", testGetMany},
+		{"Holders", testHolders},
 		{"GetManyForUpdateInTx", testGetManyForUpdate},
 		{"ListPagination", testListPagination},
 		{"ListFilters", testListFilters},
