@@ -245,15 +245,20 @@ func cancelledOf(ctx context.Context, tx store.Executor, workerID string, inFlig
 	if len(inFlight) == 0 {
 		return nil, nil
 	}
-	byID, err := jobsByID(ctx, tx, inFlight, false)
+	// The holders only: a worker lists every job it runs on each call, and their payloads
+	// (up to max_payload_bytes each) are of no use here.
+	holders, err := tx.JobHolders(ctx, inFlight)
 	if err != nil {
 		return nil, err
+	}
+	byID := make(map[string]store.JobHolder, len(holders))
+	for _, h := range holders {
+		byID[h.ID] = h
 	}
 	var out []string
 	for _, id := range inFlight {
 		j, ok := byID[id]
-		if !ok || j.Status == store.JobCancelled || j.WorkerID != workerID ||
-			(j.Status != store.JobClaimed && j.Status != store.JobRunning) {
+		if !ok || j.WorkerID != workerID || (j.Status != store.JobClaimed && j.Status != store.JobRunning) {
 			out = append(out, id)
 		}
 	}

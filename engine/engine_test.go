@@ -442,8 +442,9 @@ func TestCancel(t *testing.T) {
 	t.Run("RunningWorkerIsTold", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		job, other := b.submit(t, "noop"), b.submit(t, "noop")
-		claimed := b.claim(t, "w1", job.ID, other.ID)
+		job, other, kept, foreign := b.submit(t, "noop"), b.submit(t, "noop"), b.submit(t, "noop"), b.submit(t, "noop")
+		claimed := b.claim(t, "w1", job.ID, other.ID, kept.ID)
+		b.claim(t, "w2", foreign.ID)
 		_, err := b.eng.Start(ctx, engine.StartParams{WorkerID: "w1", JobIDs: []string{job.ID, other.ID}})
 		require.NoError(t, err)
 		_, err = b.eng.Cancel(ctx, job.ID, "admin:test")
@@ -451,10 +452,11 @@ func TestCancel(t *testing.T) {
 		res, err := b.eng.Complete(ctx, engine.CompleteParams{
 			WorkerID: "w1",
 			Results:  []engine.Result{{JobID: other.ID, Attempt: 1, LeaseToken: claimed.Leases[other.ID].Token, Done: true}},
-			InFlight: []string{job.ID},
+			InFlight: []string{job.ID, kept.ID, "missing-" + job.ID, foreign.ID},
 		})
 		require.NoError(t, err)
-		require.Equal(t, []string{job.ID}, res.Cancel)
+		require.Equal(t, []string{job.ID, "missing-" + job.ID, foreign.ID}, res.Cancel,
+			"cancelled, gone and another worker's; not the claimed job it still holds")
 		res, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{{JobID: job.ID, Attempt: 1, LeaseToken: claimed.Leases[job.ID].Token, Done: true}}})
 		require.NoError(t, err)
 		require.Equal(t, engine.Outcome{JobID: job.ID, Outcome: engine.OutcomeStale, Status: store.JobCancelled}, res.Outcomes[0])
