@@ -239,10 +239,20 @@ type Tx interface {
 	// transaction (read for update), so that a mismatch is a bug, never a race the caller
 	// handles. A driver may ignore it.
 	DeferChecks()
-	// LockJobsAndLeases reads and locks (for update) the existing jobs of ids and leases of
-	// tokens, jobs first: the lock order of every transaction that writes both. MariaDB sends
+	// LockJobsAndLeases reads and locks (for update) the existing jobs of p.Jobs and leases of
+	// p.Leases, jobs first: the lock order of every transaction that writes both. MariaDB sends
 	// both reads in one round trip. Empty ids and tokens are skipped, like their GetMany's.
-	LockJobsAndLeases(ctx context.Context, ids, tokens []string) ([]Job, []Lease, error)
+	LockJobsAndLeases(ctx context.Context, p LockParams) ([]Job, []Lease, error)
+}
+
+// LockParams is what Tx.LockJobsAndLeases reads and locks.
+type LockParams struct {
+	Jobs []string
+	// Payloads are the jobs among Jobs whose payload is read (a claim hands it to the worker).
+	// The others come with a nil Payload: settling or starting a job does not move its payload
+	// (up to max_payload_bytes) out of the database again.
+	Payloads []string
+	Leases   []string
 }
 
 // Store is the database. Drivers: store/mysql (MariaDB) and, later, store/sqlite.

@@ -23,7 +23,9 @@ const (
 	batchChunk = 500
 )
 
-const jobColumns = `job_id, type, agent, payload, status, attempts, max_attempts, available_at,
+const jobColumns = "job_id, type, agent, payload, " + jobColumnsAfterPayload
+
+const jobColumnsAfterPayload = `status, attempts, max_attempts, available_at,
 	enqueued, stream_id, owner_pool, worker_id, lease_token, gpu_memory_mb, timeout_ms, result,
 	last_error, created_at, updated_at, started_at, finished_at`
 
@@ -122,6 +124,29 @@ func distinctIDs(ids []string) []string {
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" || !asciiID(id) })
 	slices.Sort(ids)
 	return slices.Compact(ids)
+}
+
+// lockJobsByID is the locking read of ids (at most batchChunk of them) in id order, which reads
+// the payloads of the jobs among withPayload only (store.LockParams), and its arguments.
+func lockJobsByID(ids, withPayload []string) (string, []any) {
+	var payload []any
+	for _, id := range withPayload {
+		if _, ok := slices.BinarySearch(ids, id); ok {
+			payload = append(payload, id)
+		}
+	}
+	expr := "payload"
+	switch {
+	case len(payload) == 0:
+		expr = "NULL"
+	case len(payload) < len(ids):
+		expr = "CASE WHEN job_id IN (" + placeholders(len(payload)) + ") THEN payload END"
+	default:
+		payload = nil // every job's payload: no list needed
+	}
+	return "SELECT job_id, type, agent, " + expr + ", " + jobColumnsAfterPayload +
+		" FROM orchestrator_jobs WHERE job_id IN (" + placeholders(len(ids)) + ") ORDER BY job_id FOR UPDATE",
+		append(payload, anySlice(ids)...)
 }
 
 // selectJobsByID reads n jobs by id in id order, locking them when forUpdate.

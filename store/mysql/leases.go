@@ -90,18 +90,23 @@ func selectLeasesByToken(n int, forUpdate bool) string {
 
 // LockJobsAndLeases reads and locks jobs, then leases (store.Tx): one round trip, two result
 // sets, when each fits one statement.
-func (t *tx) LockJobsAndLeases(ctx context.Context, ids, tokens []string) ([]store.Job, []store.Lease, error) {
-	ids, tokens = distinctIDs(ids), distinctIDs(tokens)
+func (t *tx) LockJobsAndLeases(ctx context.Context, p store.LockParams) ([]store.Job, []store.Lease, error) {
+	ids, tokens, withPayload := distinctIDs(p.Jobs), distinctIDs(p.Leases), distinctIDs(p.Payloads)
 	if len(ids) == 0 || len(tokens) == 0 || len(ids) > batchChunk || len(tokens) > batchChunk {
-		jobs, err := t.JobGetMany(ctx, ids, true)
-		if err != nil {
-			return nil, nil, err
+		var jobs []store.Job
+		for chunk := range slices.Chunk(ids, batchChunk) {
+			q, args := lockJobsByID(chunk, withPayload)
+			got, err := t.queryJobs(ctx, q, args...)
+			if err != nil {
+				return nil, nil, fmt.Errorf("lock jobs: %w", err)
+			}
+			jobs = append(jobs, got...)
 		}
 		leases, err := t.LeaseGetMany(ctx, tokens, true)
 		return jobs, leases, err
 	}
-	rows, err := t.q.QueryContext(ctx, selectJobsByID(len(ids), true)+"; "+selectLeasesByToken(len(tokens), true),
-		append(anySlice(ids), anySlice(tokens)...)...)
+	q, args := lockJobsByID(ids, withPayload)
+	rows, err := t.q.QueryContext(ctx, q+"; "+selectLeasesByToken(len(tokens), true), append(args, anySlice(tokens)...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lock jobs and leases: %w", mapErr(err))
 	}

@@ -41,6 +41,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -157,13 +158,19 @@ type tx struct {
 func (*tx) DeferChecks() {}
 
 // LockJobsAndLeases reads the jobs, then the leases (store.Tx). The transaction's BEGIN
-// IMMEDIATE holds the only writer's lock already.
-func (t *tx) LockJobsAndLeases(ctx context.Context, ids, tokens []string) ([]store.Job, []store.Lease, error) {
-	jobs, err := t.JobGetMany(ctx, ids, true)
+// IMMEDIATE holds the only writer's lock already. The payloads not asked for are dropped
+// after the read: an SQLite read is a copy in this process, not a transfer.
+func (t *tx) LockJobsAndLeases(ctx context.Context, p store.LockParams) ([]store.Job, []store.Lease, error) {
+	jobs, err := t.JobGetMany(ctx, p.Jobs, true)
 	if err != nil {
 		return nil, nil, err
 	}
-	leases, err := t.LeaseGetMany(ctx, tokens, true)
+	for i := range jobs {
+		if !slices.Contains(p.Payloads, jobs[i].ID) {
+			jobs[i].Payload = nil
+		}
+	}
+	leases, err := t.LeaseGetMany(ctx, p.Leases, true)
 	return jobs, leases, err
 }
 

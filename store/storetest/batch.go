@@ -140,10 +140,11 @@ func testLeaseSetStatusMany(t *testing.T, b *bundle) {
 }
 
 // testLockJobsAndLeases covers store.Tx.LockJobsAndLeases: the existing jobs and leases among
-// those asked for, whichever of the two lists is empty.
+// those asked for, whichever of the two lists is empty, with the payloads asked for only.
 func testLockJobsAndLeases(t *testing.T, b *bundle) {
 	ctx := t.Context()
 	j1, j2 := b.insert(t, "lock-1"), b.insert(t, "lock-2")
+	require.NotEmpty(t, j1.Payload)
 	ls := []store.Lease{b.lease("lock-a", nil, 0), b.lease("lock-b", nil, 0)}
 	require.NoError(t, b.s.LeaseInsert(ctx, ls))
 	tokens := func(got []store.Lease) []string {
@@ -154,20 +155,35 @@ func testLockJobsAndLeases(t *testing.T, b *bundle) {
 		return out
 	}
 	require.NoError(t, b.s.WithTx(ctx, func(tx store.Tx) error {
-		jobs, leases, err := tx.LockJobsAndLeases(ctx,
-			[]string{j2.ID, b.id("lock-missing"), j1.ID, j2.ID},
-			[]string{ls[1].Token, "", "lt_missing", ls[0].Token})
+		byID := func(jobs []store.Job, id string) store.Job {
+			return jobs[slices.IndexFunc(jobs, func(j store.Job) bool { return j.ID == id })]
+		}
+		jobs, leases, err := tx.LockJobsAndLeases(ctx, store.LockParams{
+			Jobs:     []string{j2.ID, b.id("lock-missing"), j1.ID, j2.ID},
+			Payloads: []string{j1.ID, b.id("lock-missing")},
+			Leases:   []string{ls[1].Token, "", "lt_missing", ls[0].Token},
+		})
 		require.NoError(t, err)
 		require.ElementsMatch(t, []string{j1.ID, j2.ID}, ids(jobs))
 		require.ElementsMatch(t, []string{ls[0].Token, ls[1].Token}, tokens(leases))
-		requireSameJob(t, j1, jobs[slices.IndexFunc(jobs, func(j store.Job) bool { return j.ID == j1.ID })])
+		requireSameJob(t, j1, byID(jobs, j1.ID))
+		require.Nil(t, byID(jobs, j2.ID).Payload, "a payload not asked for is not read")
+		j2.Payload = nil
+		requireSameJob(t, j2, byID(jobs, j2.ID))
 
-		jobs, leases, err = tx.LockJobsAndLeases(ctx, []string{j1.ID}, nil)
+		jobs, leases, err = tx.LockJobsAndLeases(ctx, store.LockParams{Jobs: []string{j1.ID, j2.ID}, Payloads: []string{j2.ID, j1.ID}})
 		require.NoError(t, err)
-		require.Equal(t, []string{j1.ID}, ids(jobs))
+		require.ElementsMatch(t, []string{j1.ID, j2.ID}, ids(jobs))
+		require.JSONEq(t, string(j1.Payload), string(byID(jobs, j1.ID).Payload))
+		require.NotEmpty(t, byID(jobs, j2.ID).Payload)
 		require.Empty(t, leases)
 
-		jobs, leases, err = tx.LockJobsAndLeases(ctx, nil, []string{ls[0].Token})
+		jobs, _, err = tx.LockJobsAndLeases(ctx, store.LockParams{Jobs: []string{j1.ID}})
+		require.NoError(t, err)
+		require.Equal(t, []string{j1.ID}, ids(jobs))
+		require.Nil(t, jobs[0].Payload)
+
+		jobs, leases, err = tx.LockJobsAndLeases(ctx, store.LockParams{Leases: []string{ls[0].Token}})
 		require.NoError(t, err)
 		require.Empty(t, jobs)
 		require.Equal(t, []string{ls[0].Token}, tokens(leases))
