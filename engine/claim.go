@@ -41,8 +41,9 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 			ids = append(ids, it.JobID)
 		}
 		// Every job of the call is locked at once, then the results' leases: the lock order of
-		// every transaction that writes both.
-		byID, held, err := lockJobsAndLeases(ctx, tx, ids, p.Results)
+		// every transaction that writes both. Only the jobs to claim come with their payload,
+		// which the worker gets.
+		byID, held, err := lockJobsAndLeases(ctx, tx, ids, ids[len(p.Results):], p.Results)
 		if err != nil {
 			return err
 		}
@@ -187,7 +188,7 @@ func (e *Engine) Start(ctx context.Context, p StartParams) ([]string, error) {
 	now := e.nowUTC()
 	var cancel []string
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
-		byID, err := jobsByID(ctx, tx, p.JobIDs, true)
+		byID, _, err := lockJobsAndLeases(ctx, tx, p.JobIDs, nil, nil)
 		if err != nil {
 			return err
 		}

@@ -38,6 +38,7 @@ func TestClaimCarriesResults(t *testing.T) {
 		}, res.Outcomes)
 		require.Len(t, res.Claimed, 1)
 		require.Equal(t, next.ID, res.Claimed[0].ID)
+		require.JSONEq(t, string(next.Payload), string(res.Claimed[0].Payload), "a claimed job comes with its payload")
 		require.Empty(t, res.Refused)
 
 		require.Equal(t, store.JobDone, b.job(t, done.ID).Status)

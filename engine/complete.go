@@ -29,7 +29,7 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		for _, r := range p.Results {
 			ids = append(ids, r.JobID)
 		}
-		byID, held, err := lockJobsAndLeases(ctx, tx, ids, p.Results)
+		byID, held, err := lockJobsAndLeases(ctx, tx, ids, nil, p.Results)
 		if err != nil {
 			return err
 		}
@@ -139,13 +139,14 @@ func leaseExpired(l *store.Lease, now time.Time) bool {
 }
 
 // lockJobsAndLeases loads and locks the existing jobs among ids and the leases of results, jobs
-// first: the lock order of every transaction that writes both.
-func lockJobsAndLeases(ctx context.Context, tx store.Tx, ids []string, results []Result) (map[string]*store.Job, map[string]*store.Lease, error) {
+// first: the lock order of every transaction that writes both. Only the jobs among withPayload
+// come with their payload (store.LockParams).
+func lockJobsAndLeases(ctx context.Context, tx store.Tx, ids, withPayload []string, results []Result) (map[string]*store.Job, map[string]*store.Lease, error) {
 	tokens := make([]string, 0, len(results))
 	for _, r := range results {
 		tokens = append(tokens, r.LeaseToken)
 	}
-	jobs, leases, err := tx.LockJobsAndLeases(ctx, ids, tokens)
+	jobs, leases, err := tx.LockJobsAndLeases(ctx, store.LockParams{Jobs: ids, Payloads: withPayload, Leases: tokens})
 	if err != nil {
 		return nil, nil, err
 	}
