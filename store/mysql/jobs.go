@@ -144,9 +144,9 @@ func lockJobsByID(ids, withPayload []string) (string, []any) {
 	default:
 		payload = nil // every job's payload: no list needed
 	}
-	return "SELECT job_id, type, agent, " + expr + ", " + jobColumnsAfterPayload +
-		" FROM orchestrator_jobs WHERE job_id IN (" + placeholders(len(ids)) + ") ORDER BY job_id FOR UPDATE",
-		append(payload, anySlice(ids)...)
+	q := "SELECT job_id, type, agent, " + expr + ", " + jobColumnsAfterPayload +
+		" FROM orchestrator_jobs WHERE job_id IN (" + placeholders(len(ids)) + ") ORDER BY job_id FOR UPDATE"
+	return q, append(payload, anySlice(ids)...)
 }
 
 // selectJobsByID reads n jobs by id in id order, locking them when forUpdate.
