@@ -53,7 +53,7 @@ type JobDeleteParams struct {
 // statement touches few rows (bounded by a limit) so that no maintenance pass holds long locks.
 type MaintenanceExecutor interface {
 	// JobListDeadLetterUnpublished returns up to limit dead_letter jobs with enqueued=0 (not yet
-	// on the DLQ stream), in available_at order.
+	// on the DLQ stream), in available_at order, without their payloads (Payload nil).
 	JobListDeadLetterUnpublished(ctx context.Context, limit int) ([]Job, error)
 	// JobMarkDeadLetterPublished sets enqueued=1 and stream_id (the DLQ entry) for each mark
 	// that still matches (dead_letter, enqueued=0, same attempts) and returns the ids it marked;
@@ -66,7 +66,7 @@ type MaintenanceExecutor interface {
 	// JobListDeadLetters returns a page of the dead-letter queue.
 	JobListDeadLetters(ctx context.Context, p DeadLetterListParams) ([]Job, error)
 	// JobScan returns up to Limit jobs of one type and status with job_id > AfterID, in job_id
-	// order.
+	// order, without their payloads (Payload nil): a scan may walk a million jobs.
 	JobScan(ctx context.Context, p JobScanParams) ([]Job, error)
 	// JobClearEnqueued sets enqueued=0 on the jobs among ids that have the given status, are
 	// enqueued and are not purged dead letters (others are left alone), so that their outbox

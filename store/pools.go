@@ -201,6 +201,6 @@ type PoolExecutor interface {
 	WorkerDeleteOffline(ctx context.Context, before time.Time, limit int) (int, error)
 
 	// JobListInFlightByPool returns up to limit claimed or running jobs whose owner_pool is
-	// poolID, by job_id.
+	// poolID, by job_id, without their payloads (Payload nil).
 	JobListInFlightByPool(ctx context.Context, poolID string, limit int) ([]Job, error)
 }

@@ -208,7 +208,7 @@ type JobExecutor interface {
 	// rows the caller has read and locked.
 	JobUpdateMany(ctx context.Context, us []JobUpdate) error
 	// JobListDispatchable returns pending jobs with enqueued=0 and available_at <= now, oldest
-	// available first.
+	// available first, without their payloads (Payload nil: publishing needs none).
 	JobListDispatchable(ctx context.Context, now time.Time, limit int) ([]Job, error)
 	// JobMarkEnqueued sets enqueued=1 and stream_id for each entry that still matches (pending,
 	// not enqueued, same attempts); it returns how many rows changed.

@@ -25,6 +25,10 @@ const (
 
 const jobColumns = "job_id, type, agent, payload, " + jobColumnsAfterPayload
 
+// jobColumnsNoPayload reads a job without its payload (up to max_payload_bytes), for the
+// maintenance passes that walk many jobs and need none.
+const jobColumnsNoPayload = "job_id, type, agent, NULL, " + jobColumnsAfterPayload
+
 const jobColumnsAfterPayload = `status, attempts, max_attempts, available_at,
 	enqueued, stream_id, owner_pool, worker_id, lease_token, gpu_memory_mb, timeout_ms, result,
 	last_error, created_at, updated_at, started_at, finished_at`
@@ -216,7 +220,7 @@ func (e executor) JobUpdateMany(ctx context.Context, us []store.JobUpdate) error
 
 // JobListDispatchable returns due, unpublished pending jobs, oldest available first.
 func (e executor) JobListDispatchable(ctx context.Context, now time.Time, limit int) ([]store.Job, error) {
-	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumns+` FROM orchestrator_jobs
+	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE status = ? AND enqueued = 0 AND available_at <= ?
 		ORDER BY available_at, job_id LIMIT ?`,
 		store.JobPending, dbTime(now), clampLimit(limit, dispatchLimitDefault, dispatchLimitMax))

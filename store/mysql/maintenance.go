@@ -21,7 +21,7 @@ const (
 // JobListDeadLetterUnpublished returns dead letters not yet on the DLQ stream in the order of
 // the dispatch index (status, enqueued, available_at), which serves the query without sorting.
 func (e executor) JobListDeadLetterUnpublished(ctx context.Context, limit int) ([]store.Job, error) {
-	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumns+` FROM orchestrator_jobs
+	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE status = ? AND enqueued = 0 ORDER BY available_at LIMIT ?`,
 		store.JobDeadLetter, clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {
@@ -106,7 +106,7 @@ func (e executor) JobScan(ctx context.Context, p store.JobScanParams) ([]store.J
 	if !asciiID(p.AfterID) {
 		return nil, fmt.Errorf("scan jobs: cursor id %q is not ASCII", p.AfterID)
 	}
-	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumns+` FROM orchestrator_jobs
+	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE type = ? AND status = ? AND job_id > ? ORDER BY job_id LIMIT ?`,
 		p.Type, p.Status, p.AfterID, clampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {

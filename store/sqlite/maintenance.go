@@ -20,7 +20,7 @@ const (
 // JobListDeadLetterUnpublished returns dead letters not yet on the DLQ stream, in available_at
 // order (the dispatch index).
 func (e executor) JobListDeadLetterUnpublished(ctx context.Context, limit int) ([]store.Job, error) {
-	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumns+` FROM orchestrator_jobs
+	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE status = ? AND enqueued = 0 ORDER BY available_at LIMIT ?`,
 		string(store.JobDeadLetter), clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {
@@ -106,7 +106,7 @@ func (e executor) JobScan(ctx context.Context, p store.JobScanParams) ([]store.J
 	if !asciiID(p.AfterID) {
 		return nil, fmt.Errorf("scan jobs: cursor id %q is not ASCII", p.AfterID)
 	}
-	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumns+` FROM orchestrator_jobs
+	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE type = ? AND status = ? AND job_id > ? ORDER BY job_id LIMIT ?`,
 		p.Type, string(p.Status), p.AfterID, clampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {

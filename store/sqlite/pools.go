@@ -136,7 +136,7 @@ func (e executor) PoolTouch(ctx context.Context, id string, heartbeat bool, now 
 
 // JobListInFlightByPool returns the claimed and running jobs of a pool, by job_id.
 func (e executor) JobListInFlightByPool(ctx context.Context, poolID string, limit int) ([]store.Job, error) {
-	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumns+` FROM orchestrator_jobs
+	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE owner_pool = ? AND status IN (?, ?) ORDER BY job_id LIMIT ?`, poolID,
 		string(store.JobClaimed), string(store.JobRunning), clampLimit(limit, listLimitDefault, dispatchLimitMax))
 	if err != nil {

@@ -59,6 +59,9 @@ func testDeadLetterOutbox(t *testing.T, b *bundle) {
 	require.NoError(t, err)
 	require.Subset(t, ids(unpublished), []string{a.ID, c.ID})
 	require.NotContains(t, ids(unpublished), pending.ID)
+	for _, j := range unpublished {
+		require.Nil(t, j.Payload, "the DLQ entry carries no payload: none is read")
+	}
 
 	// A mark applies only to a dead letter with enqueued=0 and the same attempts.
 	marked, err := b.s.JobMarkDeadLetterPublished(ctx, []store.JobEnqueued{
@@ -173,6 +176,8 @@ func testJobScan(t *testing.T, b *bundle) {
 	page, err := b.s.JobScan(ctx, store.JobScanParams{Type: typ, Status: store.JobClaimed})
 	require.NoError(t, err)
 	require.Equal(t, []string{claimed.ID}, ids(page))
+	require.Nil(t, page[0].Payload, "a scan reads no payload")
+	require.Equal(t, store.JobClaimed, page[0].Status)
 }
 
 func testClearEnqueued(t *testing.T, b *bundle) {

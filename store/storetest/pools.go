@@ -327,6 +327,7 @@ func testJobsInFlightByPool(t *testing.T, b *bundle) {
 	jobs, err := b.s.JobListInFlightByPool(ctx, pool, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{b.id("c"), b.id("r")}, ids(jobs))
+	require.Nil(t, jobs[0].Payload, "a rescue needs no payload: none is read")
 	jobs, err = b.s.JobListInFlightByPool(ctx, pool, 1)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
