@@ -18,6 +18,23 @@ import (
 	"github.com/gpuorch/orchestrator/telemetry"
 )
 
+// benchEngine is an engine on the real MariaDB and Redis with the default configuration,
+// changed by edit when not nil.
+func benchEngine(b *testing.B, edit func(*config.Config)) (store.Store, *engine.Engine) {
+	st := testenv.MySQLStore(b)
+	cfg, err := config.Load("", func(string) string { return "" })
+	if err != nil {
+		b.Fatal(err)
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	rdb := streams.NewRedis(testenv.RedisAddr(b), "")
+	b.Cleanup(func() { _ = rdb.Close() })
+	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(b)})
+	return st, engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+}
+
 // BenchmarkClaim measures claim throughput against the real MariaDB: one op is one worker's
 // claim call of 50 jobs (the rows locked, a lease per job, the audit rows, one transaction).
 // GPU jobs also lock the node's GPU rows and place every lease; CPU jobs are placed nowhere.
@@ -31,17 +48,10 @@ func BenchmarkClaim(b *testing.B) {
 	}{{"CPU", 0}, {"GPU", 10}} {
 		b.Run(tc.name, func(b *testing.B) {
 			const batch = 50
-			st := testenv.MySQLStore(b)
-			cfg, err := config.Load("", func(string) string { return "" })
-			if err != nil {
-				b.Fatal(err)
-			}
-			cfg.Leases.TelemetryFreshness = time.Hour
-			cfg.JobTypes["noop"].GPUMemoryMB = tc.gpuMB
-			rdb := streams.NewRedis(testenv.RedisAddr(b), "")
-			b.Cleanup(func() { _ = rdb.Close() })
-			sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(b)})
-			eng := engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+			st, eng := benchEngine(b, func(cfg *config.Config) {
+				cfg.Leases.TelemetryFreshness = time.Hour
+				cfg.JobTypes["noop"].GPUMemoryMB = tc.gpuMB
+			})
 			ctx := context.Background()
 			// 8 nodes of 8 × 80 GB: room for every job's lease.
 			for n := range 8 {
@@ -87,15 +97,7 @@ func BenchmarkClaim(b *testing.B) {
 // Run: go test -run '^$' -bench BenchmarkClaimInFlight -benchtime 200x ./engine/
 func BenchmarkClaimInFlight(b *testing.B) {
 	const running = 50
-	st := testenv.MySQLStore(b)
-	cfg, err := config.Load("", func(string) string { return "" })
-	if err != nil {
-		b.Fatal(err)
-	}
-	rdb := streams.NewRedis(testenv.RedisAddr(b), "")
-	b.Cleanup(func() { _ = rdb.Close() })
-	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(b)})
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+	st, eng := benchEngine(b, nil)
 	ctx := context.Background()
 	payload, _ := json.Marshal(map[string]string{"prompt": strings.Repeat("x", 256<<10)})
 	now := time.Now()
@@ -138,15 +140,7 @@ func BenchmarkClaimInFlight(b *testing.B) {
 // Run: go test -run '^$' -bench BenchmarkCompletePayloads -benchtime 50x ./engine/
 func BenchmarkCompletePayloads(b *testing.B) {
 	const batch = 10
-	st := testenv.MySQLStore(b)
-	cfg, err := config.Load("", func(string) string { return "" })
-	if err != nil {
-		b.Fatal(err)
-	}
-	rdb := streams.NewRedis(testenv.RedisAddr(b), "")
-	b.Cleanup(func() { _ = rdb.Close() })
-	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(b)})
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+	st, eng := benchEngine(b, nil)
 	ctx := context.Background()
 	payload, _ := json.Marshal(map[string]string{"prompt": strings.Repeat("x", 256<<10)})
 	now := time.Now()
@@ -192,15 +186,7 @@ func BenchmarkCompletePayloads(b *testing.B) {
 // Run: go test -run '^$' -bench BenchmarkDispatchPayloads -benchtime 10x ./engine/
 func BenchmarkDispatchPayloads(b *testing.B) {
 	const batch = 500
-	st := testenv.MySQLStore(b)
-	cfg, err := config.Load("", func(string) string { return "" })
-	if err != nil {
-		b.Fatal(err)
-	}
-	rdb := streams.NewRedis(testenv.RedisAddr(b), "")
-	b.Cleanup(func() { _ = rdb.Close() })
-	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(b)})
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+	st, eng := benchEngine(b, nil)
 	disp := engine.NewDispatcher(eng, engine.DispatcherConfig{Batch: batch})
 	ctx := context.Background()
 	payload, _ := json.Marshal(map[string]string{"prompt": strings.Repeat("x", 64<<10)})
