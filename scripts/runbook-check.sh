@@ -356,6 +356,9 @@ q '.cluster.queues[] | select(.type == "noop") | .length >= 5' status || fail "t
 LEADER_URL=http://${ORCH_ADDR[$(leader_name)]}
 before=$(recoveries "$LEADER_URL")
 kill -KILL "$REDIS_PID"
+# The killed process closes its listening socket as it goes, not at once: a new Redis bound
+# before that fails with "Address already in use".
+until_ok 10 "the killed Redis lets go of port $REDIS_PORT" eval '! (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT")'
 start_redis # empty, with a new run id
 until_ok 30 "readyz ok again" oc status
 until_ok 30 "the leader's recovery" eval '[ "$(recoveries "$LEADER_URL")" -gt "$before" ]'
