@@ -193,12 +193,13 @@ func (e *Engine) Start(ctx context.Context, p StartParams) ([]string, error) {
 			return err
 		}
 		var plans []plan
+		started := make(map[string]bool, len(p.JobIDs))
 		for _, id := range p.JobIDs {
 			job, ok := byID[id]
-			if !ok || job.Status != store.JobClaimed || job.WorkerID != p.WorkerID {
+			if !ok || job.Status != store.JobClaimed || job.WorkerID != p.WorkerID || started[id] {
 				continue
 			}
-			delete(byID, id) // an id listed twice starts once
+			started[id] = true // an id listed twice starts once
 			plans = append(plans, plan{job: job, actor: "worker:" + p.WorkerID, steps: []step{{
 				update: store.JobUpdate{To: store.JobRunning, StartedAt: &now, Now: now},
 			}}})
@@ -210,8 +211,13 @@ func (e *Engine) Start(ctx context.Context, p StartParams) ([]string, error) {
 		if err := tx.AuditInsert(ctx, events); err != nil {
 			return err
 		}
-		cancel, err = cancelledOf(ctx, tx, p.WorkerID, p.JobIDs)
-		return err
+		// The rows are locked and up to date in memory: no second read to tell the cancelled.
+		holders := make(map[string]store.JobHolder, len(byID))
+		for id, j := range byID {
+			holders[id] = store.JobHolder{ID: id, Status: j.Status, WorkerID: j.WorkerID}
+		}
+		cancel = stopped(p.WorkerID, p.JobIDs, holders)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start jobs: %w", err)
@@ -256,6 +262,12 @@ func cancelledOf(ctx context.Context, tx store.Executor, workerID string, inFlig
 	for _, h := range holders {
 		byID[h.ID] = h
 	}
+	return stopped(workerID, inFlight, byID), nil
+}
+
+// stopped returns the jobs among inFlight that the worker must stop, given their holders by id:
+// gone, cancelled or otherwise settled, or another worker's attempt.
+func stopped(workerID string, inFlight []string, byID map[string]store.JobHolder) []string {
 	var out []string
 	for _, id := range inFlight {
 		j, ok := byID[id]
@@ -263,5 +275,5 @@ func cancelledOf(ctx context.Context, tx store.Executor, workerID string, inFlig
 			out = append(out, id)
 		}
 	}
-	return out, nil
+	return out
 }

@@ -462,6 +462,25 @@ func TestCancel(t *testing.T) {
 		require.Equal(t, engine.Outcome{JobID: job.ID, Outcome: engine.OutcomeStale, Status: store.JobCancelled}, res.Outcomes[0])
 	})
 
+	t.Run("StartIsTold", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		job, kept, foreign := b.submit(t, "noop"), b.submit(t, "noop"), b.submit(t, "noop")
+		b.claim(t, "w1", job.ID, kept.ID)
+		b.claim(t, "w2", foreign.ID)
+		_, err := b.eng.Cancel(ctx, job.ID, "admin:test")
+		require.NoError(t, err)
+		cancel, err := b.eng.Start(ctx, engine.StartParams{WorkerID: "w1",
+			JobIDs: []string{job.ID, kept.ID, kept.ID, "missing-" + job.ID, foreign.ID}})
+		require.NoError(t, err)
+		require.Equal(t, []string{job.ID, "missing-" + job.ID, foreign.ID}, cancel,
+			"cancelled, gone and another worker's; not the job it started")
+		require.Equal(t, store.JobRunning, b.job(t, kept.ID).Status)
+		require.Equal(t, store.JobClaimed, b.job(t, foreign.ID).Status, "another worker's job is not started")
+		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "job.claimed->running"},
+			b.auditTypes(t, kept.ID), "an id listed twice starts once")
+	})
+
 	t.Run("TerminalAndMissing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
