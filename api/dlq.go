@@ -44,17 +44,18 @@ func (s *Server) listDeadLetters(c *gin.Context) {
 		}
 		p.After = cur
 	}
-	limit := p.Limit
-	p.Limit++ // one more than asked tells whether another page follows
-	jobs, err := s.engine.ListDeadLetters(c.Request.Context(), p)
+	jobs, more, err := readPage(p.Limit, listPageBytes, p.After, func(after *store.JobCursor, n int) ([]store.Job, error) {
+		q := p
+		q.After, q.Limit = after, n
+		return s.engine.ListDeadLetters(c.Request.Context(), q)
+	})
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	out := client.DeadLetterList{DeadLetters: make([]client.DeadLetter, 0, min(len(jobs), limit))}
-	if len(jobs) > limit {
-		jobs = jobs[:limit]
-		out.NextCursor = encodeCursor(jobs[limit-1])
+	out := client.DeadLetterList{DeadLetters: make([]client.DeadLetter, 0, len(jobs))}
+	if more {
+		out.NextCursor = encodeCursor(jobs[len(jobs)-1])
 	}
 	for _, j := range jobs {
 		out.DeadLetters = append(out.DeadLetters, s.deadLetterToWire(j))

@@ -168,17 +168,18 @@ func (s *Server) listJobs(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	limit := p.Limit
-	p.Limit++ // one more than asked tells whether another page follows
-	jobs, err := s.engine.List(c.Request.Context(), p)
+	jobs, more, err := readPage(p.Limit, listPageBytes, p.After, func(after *store.JobCursor, n int) ([]store.Job, error) {
+		q := p
+		q.After, q.Limit = after, n
+		return s.engine.List(c.Request.Context(), q)
+	})
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	out := client.JobList{Jobs: make([]client.Job, 0, min(len(jobs), limit))}
-	if len(jobs) > limit {
-		jobs = jobs[:limit]
-		out.NextCursor = encodeCursor(jobs[limit-1])
+	out := client.JobList{Jobs: make([]client.Job, 0, len(jobs))}
+	if more {
+		out.NextCursor = encodeCursor(jobs[len(jobs)-1])
 	}
 	for _, j := range jobs {
 		out.Jobs = append(out.Jobs, jobToWire(j))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -106,6 +107,24 @@ func TestListJobsPaginates(t *testing.T) {
 		list = decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?limit=2", "admin", nil))
 		require.Len(t, list.Jobs, 2)
 		require.NotEmpty(t, list.NextCursor)
+	})
+	t.Run("PageLargerThanASlice", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		want := map[string]bool{}
+		for range listSlice + 5 {
+			want[b.submitJob(t, "carol")] = true
+		}
+		page := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=carol&limit="+strconv.Itoa(listSlice+3), "admin", nil))
+		require.Len(t, page.Jobs, listSlice+3)
+		require.NotEmpty(t, page.NextCursor)
+		rest := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=carol&limit=50&cursor="+page.NextCursor, "admin", nil))
+		require.Len(t, rest.Jobs, 2)
+		require.Empty(t, rest.NextCursor)
+		for _, j := range append(page.Jobs, rest.Jobs...) {
+			require.True(t, want[j.JobID], "job %s listed twice or not carol's", j.JobID)
+			delete(want, j.JobID)
+		}
 	})
 	t.Run("ExactPageHasNoCursor", func(t *testing.T) {
 		t.Parallel()
