@@ -86,10 +86,8 @@ func (e executor) JobGet(ctx context.Context, id string) (store.Job, error) {
 // JobHolders returns the status and worker of the existing jobs among ids, in id order per
 // chunk, without their payloads.
 func (e executor) JobHolders(ctx context.Context, ids []string) ([]store.JobHolder, error) {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !asciiID(id) })
-	slices.Sort(ids)
 	var out []store.JobHolder
-	for chunk := range slices.Chunk(slices.Compact(ids), batchChunk) {
+	for chunk := range slices.Chunk(distinctIDs(ids), batchChunk) {
 		got, err := queryJobHolders(ctx, e.r, chunk)
 		if err != nil {
 			return nil, fmt.Errorf("get job holders: %w", err)
@@ -106,11 +104,8 @@ func (e executor) JobGetMany(ctx context.Context, ids []string, _ bool) ([]store
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !asciiID(id) })
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
 	var jobs []store.Job
-	for chunk := range slices.Chunk(ids, batchChunk) {
+	for chunk := range slices.Chunk(distinctIDs(ids), batchChunk) {
 		q := "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE job_id IN (" +
 			placeholders(len(chunk)) + ") ORDER BY job_id"
 		got, err := queryJobs(ctx, e.r, q, anySlice(chunk)...)

@@ -64,12 +64,10 @@ func (e executor) LeaseGet(ctx context.Context, token string, _ bool) (store.Lea
 // LeaseGetMany returns the existing leases among tokens, in token order per chunk. forUpdate
 // needs no lock (see JobGetMany).
 func (e executor) LeaseGetMany(ctx context.Context, tokens []string, _ bool) ([]store.Lease, error) {
-	tokens = slices.DeleteFunc(slices.Clone(tokens), func(t string) bool { return t == "" || !asciiID(t) })
+	tokens = distinctIDs(tokens)
 	if len(tokens) == 0 {
 		return nil, nil
 	}
-	slices.Sort(tokens)
-	tokens = slices.Compact(tokens)
 	var out []store.Lease
 	for chunk := range slices.Chunk(tokens, batchChunk) {
 		got, err := queryLeases(ctx, e.r, "SELECT "+leaseColumns+" FROM orchestrator_leases WHERE token IN ("+
@@ -135,12 +133,10 @@ func (e executor) LeaseSetStatusMany(ctx context.Context, us []store.LeaseStatus
 // UPDATE per 500 tokens (times are microseconds, so now + TTL is arithmetic), then reads the
 // rows back.
 func (e executor) LeaseHeartbeat(ctx context.Context, tokens []string, now time.Time) ([]store.Lease, error) {
-	tokens = slices.DeleteFunc(slices.Clone(tokens), func(t string) bool { return t == "" || !asciiID(t) })
+	tokens = distinctIDs(tokens)
 	if len(tokens) == 0 {
 		return nil, nil
 	}
-	slices.Sort(tokens)
-	tokens = slices.Compact(tokens)
 	at := dbTime(now)
 	for chunk := range slices.Chunk(tokens, batchChunk) {
 		args := slices.Concat([]any{at, at}, anySlice(chunk), []any{string(store.LeaseActive), at})
