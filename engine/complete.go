@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpuorch/orchestrator/leases"
@@ -67,13 +68,12 @@ func (e *Engine) completeIn(ctx context.Context, tx store.Tx, workerID string, r
 		actor    = "worker:" + workerID
 		status   = make([]*store.Job, len(results)) // whose status each outcome reports
 	)
-	// folded[i]: releases[i] is recorded by its job's transition row, not a row of its own.
-	var folded []bool
+	// The leases whose release their job's transition row records: no row of their own.
+	folded := map[string]bool{}
 	release := func(l *store.Lease, details map[string]any) bool {
 		if l != nil && l.Status == store.LeaseActive && !released[l.Token] {
 			released[l.Token] = true
 			releases = append(releases, leases.Change{Lease: l, To: store.LeaseReleased, Details: details})
-			folded = append(folded, false)
 			return true
 		}
 		return false
@@ -103,23 +103,18 @@ func (e *Engine) completeIn(ctx context.Context, tx store.Tx, workerID string, r
 		// The job's own lease ends with the attempt: the job's last transition row (the one
 		// that clears its lease_token) records the release (see transitionAll).
 		if release(lease, nil) {
-			folded[len(folded)-1] = true
+			folded[lease.Token] = true
 			last := &pl.steps[len(pl.steps)-1]
 			last.details = withDetail(last.details, "lease_released", true)
 		}
 		plans = append(plans, pl)
 		outcomes = append(outcomes, Outcome{JobID: r.JobID, Outcome: outcome})
 	}
-	leaseEvents, err := leases.TransitionMany(ctx, tx, releases, now, actor)
+	events, err := leases.TransitionMany(ctx, tx, releases, now, actor)
 	if err != nil {
 		return nil, nil, err
 	}
-	events := leaseEvents[:0]
-	for i, ev := range leaseEvents {
-		if !folded[i] {
-			events = append(events, ev)
-		}
-	}
+	events = slices.DeleteFunc(events, func(ev store.AuditEvent) bool { return folded[ev.LeaseToken] })
 	jobEvents, err := transitionAll(ctx, tx, plans)
 	if err != nil {
 		return nil, nil, err
