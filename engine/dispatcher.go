@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/internal/startstop"
+	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/tracing"
 )
 
@@ -72,7 +73,10 @@ func (d *Dispatcher) Wake() {
 func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		jobs, err := d.engine.store.JobListDispatchable(ctx, d.engine.nowUTC(), d.cfg.Batch)
+		now := d.engine.nowUTC()
+		jobs, err := d.engine.store.JobListDispatchable(ctx, store.DispatchParams{
+			Now: now, Limit: d.cfg.Batch,
+		})
 		if err != nil {
 			return total, fmt.Errorf("list dispatchable jobs: %w", err)
 		}

@@ -100,6 +100,14 @@ type JobInsertParams struct {
 	Now         time.Time
 }
 
+// DispatchParams selects the jobs the dispatcher publishes: pending, not enqueued, available at
+// or before Now, and, for a job never attempted, created at or before SubmittedBy (zero: any).
+type DispatchParams struct {
+	Now         time.Time
+	SubmittedBy time.Time
+	Limit       int
+}
+
 // JobListParams filters and pages GET /jobs. Pages are ordered by (created_at DESC, job_id DESC);
 // After is the keyset cursor: the last job of the previous page.
 type JobListParams struct {
@@ -207,9 +215,10 @@ type JobExecutor interface {
 	// fails the whole call with ErrConflict (or ErrNotFound), so it belongs in a transaction whose
 	// rows the caller has read and locked.
 	JobUpdateMany(ctx context.Context, us []JobUpdate) error
-	// JobListDispatchable returns pending jobs with enqueued=0 and available_at <= now, oldest
-	// available first, without their payloads (Payload nil: publishing needs none).
-	JobListDispatchable(ctx context.Context, now time.Time, limit int) ([]Job, error)
+	// JobListDispatchable returns pending jobs with enqueued=0 that are due (see
+	// DispatchParams), oldest available first, without their payloads (Payload nil: publishing
+	// needs none).
+	JobListDispatchable(ctx context.Context, p DispatchParams) ([]Job, error)
 	// JobMarkEnqueued sets enqueued=1 and stream_id for each entry that still matches (pending,
 	// not enqueued, same attempts); it returns how many rows changed.
 	JobMarkEnqueued(ctx context.Context, marks []JobEnqueued) (int, error)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
@@ -170,11 +169,9 @@ func (e executor) JobUpdateMany(ctx context.Context, us []store.JobUpdate) error
 }
 
 // JobListDispatchable returns due, unpublished pending jobs, oldest available first.
-func (e executor) JobListDispatchable(ctx context.Context, now time.Time, limit int) ([]store.Job, error) {
-	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
-		WHERE status = ? AND enqueued = 0 AND available_at <= ?
-		ORDER BY available_at, job_id LIMIT ?`,
-		string(store.JobPending), dbTime(now), clampLimit(limit, dispatchLimitDefault, dispatchLimitMax))
+func (e executor) JobListDispatchable(ctx context.Context, p store.DispatchParams) ([]store.Job, error) {
+	q, args := shared.Dispatchable(p, clampLimit(p.Limit, dispatchLimitDefault, dispatchLimitMax))
+	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dispatchable jobs: %w", err)
 	}

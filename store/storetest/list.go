@@ -138,24 +138,40 @@ func testListDispatchable(t *testing.T, b *bundle) {
 	require.NoError(t, b.update(t, store.JobUpdate{ID: claimed.ID, From: store.JobPending, To: store.JobClaimed}))
 
 	now := base.Add(10 * time.Second)
-	got, err := b.s.JobListDispatchable(t.Context(), now, 100)
+	got, err := b.s.JobListDispatchable(t.Context(), store.DispatchParams{Now: now, Limit: 100})
 	require.NoError(t, err)
 	require.Equal(t, []string{d2.ID, d3.ID, d1.ID}, ids(got))
 	require.NotEmpty(t, d2.Payload)
 	d2.Payload = nil // publishing needs none
 	requireSameJob(t, d2, got[0])
 
-	got, err = b.s.JobListDispatchable(t.Context(), now, 2)
+	got, err = b.s.JobListDispatchable(t.Context(), store.DispatchParams{Now: now, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{d2.ID, d3.ID}, ids(got))
 
 	// available_at == now is due; one microsecond earlier it is not.
-	got, err = b.s.JobListDispatchable(t.Context(), base.Add(2*time.Second), 100)
+	got, err = b.s.JobListDispatchable(t.Context(), store.DispatchParams{Now: base.Add(2 * time.Second), Limit: 100})
 	require.NoError(t, err)
 	require.Equal(t, []string{d2.ID, d3.ID}, ids(got))
-	got, err = b.s.JobListDispatchable(t.Context(), base.Add(time.Second-time.Microsecond), 100)
+	got, err = b.s.JobListDispatchable(t.Context(), store.DispatchParams{Now: base.Add(time.Second - time.Microsecond), Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, got)
+
+	// SubmittedBy: a job never attempted waits until it was created at or before it (its
+	// submit publishes it); a retry is due at its available_at whenever it was created.
+	late := func(p *store.JobInsertParams) {
+		p.AvailableAt = base.Add(time.Second)
+		p.Now = base.Add(4 * time.Second)
+	}
+	fresh := b.insert(t, "fresh", late)
+	retry := b.insert(t, "retry", late)
+	require.NoError(t, b.update(t, store.JobUpdate{ID: retry.ID, From: store.JobPending, To: store.JobPending, Attempts: new(1)}))
+	got, err = b.s.JobListDispatchable(t.Context(), store.DispatchParams{Now: now, SubmittedBy: base.Add(4*time.Second - time.Microsecond), Limit: 100})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{retry.ID, d2.ID, d3.ID, d1.ID}, ids(got), "created after SubmittedBy, never attempted: not yet")
+	got, err = b.s.JobListDispatchable(t.Context(), store.DispatchParams{Now: now, SubmittedBy: base.Add(4 * time.Second), Limit: 100})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{fresh.ID, retry.ID, d2.ID, d3.ID, d1.ID}, ids(got), "created at SubmittedBy: due")
 }
 
 func testMarkEnqueued(t *testing.T, b *bundle) {

@@ -257,3 +257,15 @@ func TruncateUTF8(s string, n int) string {
 	}
 	return s
 }
+
+// Dispatchable is the FROM, WHERE, ORDER BY and LIMIT of store.JobExecutor.JobListDispatchable,
+// for a limit the driver has clamped.
+func (d Driver) Dispatchable(p store.DispatchParams, limit int) (string, []any) {
+	q := ` FROM orchestrator_jobs WHERE status = ? AND enqueued = 0 AND available_at <= ?`
+	args := []any{string(store.JobPending), d.Time(p.Now)}
+	if !p.SubmittedBy.IsZero() {
+		q += ` AND (attempts > 0 OR created_at <= ?)`
+		args = append(args, d.Time(p.SubmittedBy))
+	}
+	return q + ` ORDER BY available_at, job_id LIMIT ?`, append(args, limit)
+}
