@@ -31,7 +31,8 @@ type DispatcherConfig struct {
 }
 
 // Dispatcher is the outbox relay: it publishes every due pending job that is not enqueued (a
-// crash between a submit's commit and its XADD, retries whose backoff elapsed, replays).
+// crash between a submit's commit and its XADD, retries whose backoff elapsed, replays). A job
+// never attempted is left to its submit for PublishGrace after its creation.
 // Duplicate publications are harmless: claiming is a compare-and-set on the job row.
 type Dispatcher struct {
 	startstop.Base
@@ -75,7 +76,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 	for {
 		now := d.engine.nowUTC()
 		jobs, err := d.engine.store.JobListDispatchable(ctx, store.DispatchParams{
-			Now: now, Limit: d.cfg.Batch,
+			Now: now, SubmittedBy: now.Add(-PublishGrace), Limit: d.cfg.Batch,
 		})
 		if err != nil {
 			return total, fmt.Errorf("list dispatchable jobs: %w", err)

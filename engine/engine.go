@@ -39,6 +39,7 @@ type Engine struct {
 	leases  *leases.Manager
 	fence   Fence
 	group   submitGroup
+	marks   markQueue
 }
 
 // Options are optional dependencies of New.

@@ -50,8 +50,10 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
 	ck := &clock{now: time.Now().UTC().Truncate(time.Second)}
+	eng := engine.New(st, sc, cfg, engine.Options{Now: ck.Now})
+	t.Cleanup(func() { eng.FlushMarks(context.Background()) }) // before the store closes
 	return &bundle{
-		eng:     engine.New(st, sc, cfg, engine.Options{Now: ck.Now}),
+		eng:     eng,
 		store:   st,
 		streams: sc,
 		clock:   ck,
@@ -72,6 +74,7 @@ func (b *bundle) submit(t *testing.T, typ string) store.Job {
 	})
 	require.NoError(t, err)
 	require.True(t, created)
+	b.eng.FlushMarks(context.Background()) // as if markDelay had passed
 	return job
 }
 
@@ -129,11 +132,12 @@ func TestSubmit(t *testing.T) {
 		b := setup(t)
 		job := b.submit(t, "noop")
 		require.True(t, job.Enqueued)
+		require.NotEmpty(t, job.StreamID)
 		got, err := b.eng.Get(ctx, job.ID)
 		require.NoError(t, err)
 		require.Equal(t, store.JobPending, got.Status)
+		require.Equal(t, job.StreamID, got.StreamID, "marked enqueued (b.submit writes the marks at once)")
 		require.True(t, got.Enqueued)
-		require.NotEmpty(t, got.StreamID)
 		require.Equal(t, 2, got.MaxAttempts)
 		require.JSONEq(t, `{"x":1}`, string(got.Payload))
 		n, err := b.streams.Len(ctx, "noop")
@@ -494,6 +498,32 @@ func TestCancel(t *testing.T) {
 	})
 }
 
+func TestSubmitMarksEnqueuedAfterTheCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	outs := b.eng.SubmitMany(ctx, []engine.SubmitParams{
+		{JobID: uid("late"), Type: "noop", Agent: "tester", Payload: json.RawMessage(`{}`), Actor: "agent:tester"},
+		{JobID: uid("late"), Type: "noop", Agent: "tester", Payload: json.RawMessage(`{}`), Actor: "agent:tester"},
+	})
+	for _, o := range outs {
+		require.NoError(t, o.Err)
+		require.True(t, o.Job.Enqueued, "the answer says the job was published")
+		// The entry exists before the submit returns: the stream has it now.
+		require.Contains(t, b.streamJobs(t, "noop"), o.Job.ID)
+	}
+	// The marks follow on their own, a moment later.
+	require.Eventually(t, func() bool {
+		for _, o := range outs {
+			got, err := b.eng.Get(ctx, o.Job.ID)
+			if err != nil || !got.Enqueued || got.StreamID != o.Job.StreamID {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 20*time.Millisecond)
+}
+
 func TestDispatcherPublishesUnenqueuedJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -507,6 +537,12 @@ func TestDispatcherPublishesUnenqueuedJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, inserted)
 	disp := engine.NewDispatcher(b.eng, engine.DispatcherConfig{Interval: 10 * time.Millisecond})
+	// A job never attempted is its submit's to publish for PublishGrace.
+	b.clock.Add(engine.PublishGrace - time.Microsecond)
+	n, err := disp.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "within the grace the submit publishes, not the dispatcher")
+	b.clock.Add(time.Microsecond)
 	require.NoError(t, disp.Start(ctx))
 	t.Cleanup(disp.Stop)
 

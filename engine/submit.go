@@ -36,14 +36,15 @@ var JobIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 // AgentPattern is what an agent name must match (tokens bind agent names too).
 var AgentPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
-// Submit validates p and inserts the job (pending) and its audit row in one transaction, which
-// also publishes the job to its type's stream and marks it enqueued before it commits (see
-// publishInTx). A job_id that exists already returns the existing job with created=false and
+// Submit validates p and inserts the job (pending) and its audit row in one transaction, then
+// publishes the job to its type's stream; its enqueued mark is written a moment later (see
+// markQueue). A job_id that exists already returns the existing job with created=false and
 // writes nothing; an existing job_id of another agent is a conflict. A failed publish is not an
-// error: the job commits unpublished and the dispatcher publishes it (the outbox).
+// error: the job stays unpublished and the dispatcher publishes it (the outbox).
 //
 // Concurrent submits are committed together (group commit, see submitGroup): Submit returns
-// once the transaction holding its job has committed, never before.
+// once the transaction holding its job has committed and the job was published (or its
+// publish failed), never before the commit.
 func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, error) {
 	jt, err := e.validateSubmit(&p)
 	if err != nil {
@@ -88,7 +89,8 @@ func (e *Engine) SubmitMany(ctx context.Context, ps []SubmitParams) []SubmitOutc
 }
 
 // submitOne is the submit of one job in its own transaction: it tells a new job from an
-// existing one (JobInsert), which a batch insert cannot.
+// existing one (JobInsert), which a batch insert cannot. It is the path of a job whose id was
+// taken in its batch: two round trips, the first of which says whether the id exists.
 func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 	p, now := r.p, e.nowUTC()
 	var (
@@ -101,29 +103,27 @@ func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 		if err != nil || !created {
 			return err
 		}
-		if err := tx.AuditInsert(ctx, []store.AuditEvent{r.submittedEvent(job, now)}); err != nil {
-			return err
-		}
-		jobs := []store.Job{job}
-		err = e.publishInTx(ctx, tx, jobs, []*submitReq{r})
-		job = jobs[0]
-		return err
+		return tx.AuditInsert(ctx, []store.AuditEvent{r.submittedEvent(job, now)})
 	})
 	if err != nil {
 		return SubmitOutcome{Err: fmt.Errorf("submit job: %w", err)}
 	}
-	if !created {
-		if job.Agent != p.Agent {
-			return SubmitOutcome{Err: fmt.Errorf("submit job %s: the id belongs to another agent: %w", p.JobID, store.ErrConflict)}
-		}
+	switch {
+	case created:
+		jobs := []store.Job{job}
+		e.publishCommitted(ctx, jobs, []*submitReq{r})
+		return SubmitOutcome{Job: jobs[0], Created: true}
+	case job.Agent != p.Agent:
+		return SubmitOutcome{Err: fmt.Errorf("submit job %s: the id belongs to another agent: %w", p.JobID, store.ErrConflict)}
+	default:
 		return SubmitOutcome{Job: job}
 	}
-	return SubmitOutcome{Job: job, Created: true}
 }
 
-// submitMany commits new jobs with one multi-row insert, their audit rows and their publish in
-// one transaction. When any of the ids exists already the transaction rolls back and every job
-// goes through submitOne instead, which tells new ids from taken ones.
+// submitMany commits new jobs with one multi-row insert and their audit rows in one
+// transaction, which MariaDB receives in one round trip with its COMMIT, and then publishes
+// them. When any of the ids exists already the transaction rolls back and every job goes
+// through submitOne instead, which tells new ids from taken ones.
 func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 	now := e.nowUTC()
 	var jobs []store.Job
@@ -140,10 +140,7 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 		for i, r := range reqs {
 			events[i] = r.submittedEvent(jobs[i], now)
 		}
-		if err := tx.AuditInsert(ctx, events); err != nil {
-			return err
-		}
-		return e.publishInTx(ctx, tx, jobs, reqs)
+		return tx.AuditInsert(ctx, events)
 	})
 	switch {
 	case errors.Is(err, store.ErrConflict):
@@ -157,23 +154,18 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 		}
 		return
 	}
+	e.publishCommitted(ctx, jobs, reqs)
 	for i, r := range reqs {
 		r.finish(SubmitOutcome{Job: jobs[i], Created: true})
 	}
 }
 
-// publishInTx publishes new jobs from inside the transaction that inserts them, each entry
-// carrying its submitter's trace, and marks them enqueued in that transaction, so that a submit
-// costs one commit. This is safe both ways round:
-//   - A worker that reads an entry before the commit claims with a locking read, which waits
-//     for the inserting transaction and then sees the job (MariaDB: the new row's lock; SQLite:
-//     the single writer).
-//   - An entry whose transaction then rolls back (or whose orchestrator dies before the commit)
-//     names no job: the claim refuses it as not found and the worker drops it.
-//
-// A failed publish leaves the jobs unmarked, for the dispatcher, and does not fail the submit.
-// The publish has its own deadline: the submitters' contexts may end at any time.
-func (e *Engine) publishInTx(ctx context.Context, tx store.Tx, jobs []store.Job, reqs []*submitReq) error {
+// publishCommitted publishes jobs its submit has just committed, each entry carrying its
+// submitter's trace, and queues their enqueued marks (markQueue). The entries come after the
+// commit: a worker that reads one finds the job. A failed publish leaves the jobs unmarked, for
+// the dispatcher once PublishGrace has passed, and does not fail the submit. The publish has
+// its own deadline: the submitters' contexts may end at any time.
+func (e *Engine) publishCommitted(ctx context.Context, jobs []store.Job, reqs []*submitReq) {
 	// One submitter: the publish span is part of its trace, and the entry carries that span.
 	// Several: the span links to each, and each entry carries its own submitter's trace.
 	base := ctx
@@ -198,12 +190,9 @@ func (e *Engine) publishInTx(ctx context.Context, tx store.Tx, jobs []store.Job,
 	if err != nil {
 		e.log.Warn("publish of submitted jobs failed; the dispatcher will publish them", "jobs", len(jobs),
 			"first_job_id", jobs[0].ID, "error", err)
-		return nil
+		return
 	}
-	// The rows are this transaction's own: the mark goes out with the COMMIT, not on its own.
-	if err := tx.JobMarkPublished(ctx, marks); err != nil {
-		return err
-	}
+	e.marks.add(e, marks)
 	byID := make(map[string]string, len(marks))
 	for _, m := range marks {
 		byID[m.ID] = m.StreamID
@@ -213,7 +202,6 @@ func (e *Engine) publishInTx(ctx context.Context, tx store.Tx, jobs []store.Job,
 			jobs[i].Enqueued, jobs[i].StreamID = true, id
 		}
 	}
-	return nil
 }
 
 // publish XADDs one entry per job and marks the jobs enqueued for their current attempt count.

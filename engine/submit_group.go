@@ -113,8 +113,7 @@ func (g *submitGroup) commit(e *Engine) {
 }
 
 // commitBatch commits one batch: submitters that are gone are answered, not written; an id
-// that appears twice goes alone after the others (and finds the first); one job takes the
-// single-job path.
+// that appears twice goes alone after the others (and finds the first).
 func (e *Engine) commitBatch(batch []*submitReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), submitCommitTimeout)
 	defer cancel()
@@ -134,11 +133,7 @@ func (e *Engine) commitBatch(batch []*submitReq) {
 			first = append(first, r)
 		}
 	}
-	switch len(first) {
-	case 0:
-	case 1:
-		first[0].finish(e.submitOne(ctx, first[0]))
-	default:
+	if len(first) > 0 {
 		e.submitMany(ctx, first)
 	}
 	for _, r := range again {

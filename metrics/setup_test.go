@@ -67,6 +67,7 @@ func (b *bundle) submit(t *testing.T, typ string) store.Job {
 	})
 	require.NoError(t, err)
 	require.True(t, created)
+	b.eng.FlushMarks(context.Background()) // as if the mark writer had run
 	return job
 }
 

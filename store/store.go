@@ -102,6 +102,8 @@ type JobInsertParams struct {
 
 // DispatchParams selects the jobs the dispatcher publishes: pending, not enqueued, available at
 // or before Now, and, for a job never attempted, created at or before SubmittedBy (zero: any).
+// A submit publishes its own jobs once they have committed, and marks them a moment later;
+// SubmittedBy keeps the dispatcher from publishing them a second time meanwhile.
 type DispatchParams struct {
 	Now         time.Time
 	SubmittedBy time.Time
@@ -196,7 +198,10 @@ type JobExecutor interface {
 	// and inserted=false, writing nothing.
 	JobInsert(ctx context.Context, p JobInsertParams) (job Job, inserted bool, err error)
 	// JobInsertMany inserts new pending jobs, all or none: when any id is taken it fails with
-	// ErrConflict (and the caller rolls back). It returns the rows as stored, in order.
+	// ErrConflict (and the caller rolls back). It returns the rows as stored, in order. In a
+	// transaction a driver may hold the INSERT and send it with the transaction's next
+	// statement or its COMMIT (MariaDB: the whole submit is one round trip); a taken id then
+	// fails that statement, or the commit, with ErrConflict.
 	JobInsertMany(ctx context.Context, ps []JobInsertParams) ([]Job, error)
 	// JobGet returns one job or ErrNotFound.
 	JobGet(ctx context.Context, id string) (Job, error)

@@ -203,6 +203,9 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	if err := hs.Shutdown(sctx); err != nil {
 		log.Warn("http shutdown incomplete", "error", err)
 	}
+	// The enqueued marks of the last submits: without them the next leader's dispatcher would
+	// publish those jobs again (harmless duplicates).
+	eng.FlushMarks(sctx)
 	log.Info("stopped")
 	return nil
 }

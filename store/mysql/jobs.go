@@ -74,9 +74,33 @@ func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store
 
 // JobInsertMany inserts new pending jobs with one multi-row INSERT per 500, all or none: when
 // any id is taken (or appears twice) it fails with ErrConflict and inserts nothing of that
-// statement, and the caller rolls back. It returns the rows as stored.
+// statement, and the caller rolls back. It returns the rows as stored. In a transaction the
+// INSERTs are held and go out with the next statement or with COMMIT (a submit's insert, audit
+// rows and COMMIT are one round trip); a taken id then fails that statement.
 func (e executor) JobInsertMany(ctx context.Context, ps []store.JobInsertParams) ([]store.Job, error) {
+	if t, ok := e.q.(*txConn); ok {
+		return shared.InsertJobs(ctx, heldExecer{t}, ps)
+	}
 	return shared.InsertJobs(ctx, e.q, ps)
+}
+
+// heldExecer holds every statement it is given in a transaction, for its next round trip.
+type heldExecer struct{ t *txConn }
+
+func (h heldExecer) ExecContext(_ context.Context, query string, args ...any) (sql.Result, error) {
+	h.t.hold("insert jobs", query, args)
+	return heldResult{}, nil
+}
+
+// heldResult is the result of a held statement, which has not run yet.
+type heldResult struct{}
+
+func (heldResult) LastInsertId() (int64, error) {
+	return 0, errors.New("a held statement has no result yet")
+}
+
+func (heldResult) RowsAffected() (int64, error) {
+	return 0, errors.New("a held statement has no result yet")
 }
 
 // JobGet returns one job or store.ErrNotFound.

@@ -43,6 +43,20 @@ func testInsertMany(t *testing.T, b *bundle) {
 	_, err = b.s.JobGet(t.Context(), fresh.ID)
 	require.ErrorIs(t, err, store.ErrNotFound, "the free id of a conflicting batch must not be inserted")
 
+	// A driver may hold the INSERT for the transaction's next statement: a read in the same
+	// transaction sees the rows.
+	held := b.params("held")
+	err = b.s.WithTx(t.Context(), func(tx store.Tx) error {
+		if _, err := tx.JobInsertMany(t.Context(), []store.JobInsertParams{held}); err != nil {
+			return err
+		}
+		got, err := tx.JobGet(t.Context(), held.ID)
+		require.NoError(t, err)
+		require.Equal(t, store.JobPending, got.Status)
+		return nil
+	})
+	require.NoError(t, err)
+
 	// The same id twice in one batch is a conflict too.
 	_, err = b.s.JobInsertMany(t.Context(), []store.JobInsertParams{fresh, fresh})
 	require.ErrorIs(t, err, store.ErrConflict)
