@@ -32,9 +32,13 @@ const admissionTypes = `  gpu_infer:
     queue_limit: 2
 `
 
+// admissionSection also lengthens the token-bucket call's deadline: on a loaded CI machine a
+// call past the default 1 s falls open for CPU types (limiter_down_cpu), which the flood would
+// count as over-admission; the flood measures the bucket, not an outage.
 const admissionSection = `
 admission:
   gpu_hold: 1s
+  limiter_timeout: 10s
 `
 
 // admissionPair is a cluster with two orchestrator instances on one database and one Redis
