@@ -524,6 +524,29 @@ func TestSubmitMarksEnqueuedAfterTheCommit(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond)
 }
 
+func TestSubmitOfManyJobsMarksThemInItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	ps := make([]engine.SubmitParams, 64) // publishInTxMin
+	ids := make([]string, len(ps))
+	for i := range ps {
+		ids[i] = uid("bulk")
+		ps[i] = engine.SubmitParams{JobID: ids[i], Type: "noop", Agent: "tester", Payload: json.RawMessage(`{}`), Actor: "agent:tester"}
+	}
+	for _, o := range b.eng.SubmitMany(ctx, ps) {
+		require.NoError(t, o.Err)
+		require.True(t, o.Job.Enqueued)
+	}
+	jobs, err := b.store.JobGetMany(ctx, ids, false)
+	require.NoError(t, err)
+	require.Len(t, jobs, len(ids))
+	for _, j := range jobs {
+		require.True(t, j.Enqueued, "a bulk submit's marks commit with its jobs: job %s", j.ID)
+		require.NotEmpty(t, j.StreamID)
+	}
+}
+
 func TestDispatcherPublishesUnenqueuedJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

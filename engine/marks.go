@@ -8,9 +8,10 @@ import (
 	"github.com/gpuorch/orchestrator/store"
 )
 
-// The enqueued marks of submitted jobs. A submit commits its jobs, publishes them, and queues
-// their marks here; the marks are written a moment later, many in one UPDATE, so that a submit
-// is one round trip to MariaDB rather than two (docs/performance.md). Most of the jobs are
+// The enqueued marks of submitted jobs. A submit of fewer than publishInTxMin jobs commits
+// them, publishes them, and queues their marks here; the marks are written a moment later,
+// many in one UPDATE, so that the submit is one round trip to MariaDB rather than two
+// (docs/performance.md). Most of the jobs are
 // claimed by then and their marks match nothing. A mark that never lands (a crash, a failed
 // write) costs a duplicate entry: the dispatcher publishes the job again once PublishGrace has
 // passed, and the claim of a job that has moved on is refused.

@@ -26,8 +26,13 @@ const (
 	MaxAttemptsLimit = 100
 	// MaxTimeout bounds a job's per-attempt run time.
 	MaxTimeout = 24 * time.Hour
-	// publishTimeout bounds the XADD after a submit's commit: past it, the dispatcher publishes.
+	// publishTimeout bounds the XADD of a submit: past it, the dispatcher publishes.
 	publishTimeout = 2 * time.Second
+	// publishInTxMin is the size from which a submit transaction publishes its jobs before it
+	// commits, with their marks in the COMMIT's packet: one round trip more, paid by many jobs,
+	// and marks that cannot fall behind a bulk fill (the mark writer is one UPDATE at a time).
+	// Smaller batches (single submits under load) commit in one round trip and publish after.
+	publishInTxMin = 64
 )
 
 // JobIDPattern is what a client-supplied job id must match.
@@ -122,10 +127,12 @@ func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 
 // submitMany commits new jobs with one multi-row insert and their audit rows in one
 // transaction, which MariaDB receives in one round trip with its COMMIT, and then publishes
-// them. When any of the ids exists already the transaction rolls back and every job goes
-// through submitOne instead, which tells new ids from taken ones.
+// them; from publishInTxMin jobs on, it publishes them before the commit instead (see
+// publishInTx). When any of the ids exists already the transaction rolls back and every job
+// goes through submitOne instead, which tells new ids from taken ones.
 func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 	now := e.nowUTC()
+	inTx := len(reqs) >= publishInTxMin
 	var jobs []store.Job
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
 		ps := make([]store.JobInsertParams, len(reqs))
@@ -140,7 +147,13 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 		for i, r := range reqs {
 			events[i] = r.submittedEvent(jobs[i], now)
 		}
-		return tx.AuditInsert(ctx, events)
+		if err := tx.AuditInsert(ctx, events); err != nil {
+			return err
+		}
+		if inTx {
+			return e.publishInTx(ctx, tx, jobs, reqs)
+		}
+		return nil
 	})
 	switch {
 	case errors.Is(err, store.ErrConflict):
@@ -154,18 +167,45 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 		}
 		return
 	}
-	e.publishCommitted(ctx, jobs, reqs)
+	if !inTx {
+		e.publishCommitted(ctx, jobs, reqs)
+	}
 	for i, r := range reqs {
 		r.finish(SubmitOutcome{Job: jobs[i], Created: true})
 	}
 }
 
-// publishCommitted publishes jobs its submit has just committed, each entry carrying its
-// submitter's trace, and queues their enqueued marks (markQueue). The entries come after the
-// commit: a worker that reads one finds the job. A failed publish leaves the jobs unmarked, for
-// the dispatcher once PublishGrace has passed, and does not fail the submit. The publish has
-// its own deadline: the submitters' contexts may end at any time.
+// publishCommitted publishes jobs its submit has just committed and queues their enqueued
+// marks (markQueue). The entries come after the commit: a worker that reads one finds the job.
+// A failed publish leaves the jobs unmarked, for the dispatcher once PublishGrace has passed,
+// and does not fail the submit.
 func (e *Engine) publishCommitted(ctx context.Context, jobs []store.Job, reqs []*submitReq) {
+	e.marks.add(e, e.publishSubmitted(ctx, jobs, reqs))
+}
+
+// publishInTx publishes new jobs from inside the transaction that inserts them and marks them
+// enqueued with its COMMIT. The held INSERT goes out first (Tx.Flush): a worker that reads an
+// entry before the commit claims with a locking read, which waits for the inserting
+// transaction and then sees the job (MariaDB: the new row's lock; SQLite: the single writer).
+// An entry whose transaction then rolls back, or whose orchestrator dies before the commit,
+// names no job: the claim refuses it as not found and the worker drops it.
+func (e *Engine) publishInTx(ctx context.Context, tx store.Tx, jobs []store.Job, reqs []*submitReq) error {
+	if err := tx.Flush(ctx); err != nil {
+		return err
+	}
+	marks := e.publishSubmitted(ctx, jobs, reqs)
+	if len(marks) == 0 {
+		return nil
+	}
+	// The rows are this transaction's own: the mark goes out with the COMMIT.
+	return tx.JobMarkPublished(ctx, marks)
+}
+
+// publishSubmitted XADDs submitted jobs, each entry carrying its submitter's trace, sets their
+// Enqueued and StreamID, and returns their marks; none when the publish failed, which is
+// logged and left to the dispatcher. The publish has its own deadline: the submitters'
+// contexts may end at any time.
+func (e *Engine) publishSubmitted(ctx context.Context, jobs []store.Job, reqs []*submitReq) []store.JobEnqueued {
 	// One submitter: the publish span is part of its trace, and the entry carries that span.
 	// Several: the span links to each, and each entry carries its own submitter's trace.
 	base := ctx
@@ -190,9 +230,8 @@ func (e *Engine) publishCommitted(ctx context.Context, jobs []store.Job, reqs []
 	if err != nil {
 		e.log.Warn("publish of submitted jobs failed; the dispatcher will publish them", "jobs", len(jobs),
 			"first_job_id", jobs[0].ID, "error", err)
-		return
+		return nil
 	}
-	e.marks.add(e, marks)
 	byID := make(map[string]string, len(marks))
 	for _, m := range marks {
 		byID[m.ID] = m.StreamID
@@ -202,6 +241,7 @@ func (e *Engine) publishCommitted(ctx context.Context, jobs []store.Job, reqs []
 			jobs[i].Enqueued, jobs[i].StreamID = true, id
 		}
 	}
+	return marks
 }
 
 // publish XADDs one entry per job and marks the jobs enqueued for their current attempt count.

@@ -257,6 +257,10 @@ type Tx interface {
 	// p.Leases, jobs first: the lock order of every transaction that writes both. MariaDB sends
 	// both reads in one round trip. Empty ids and tokens are skipped, like their GetMany's.
 	LockJobsAndLeases(ctx context.Context, p LockParams) ([]Job, []Lease, error)
+	// Flush sends the writes a driver holds for the transaction's next round trip (see
+	// JobInsertMany) now, so that they have run when it returns: before a step outside the
+	// database that must follow them.
+	Flush(ctx context.Context) error
 }
 
 // LockParams is what Tx.LockJobsAndLeases reads and locks.

@@ -129,6 +129,27 @@ func (t *tx) DeferChecks() {
 	t.q.(*txConn).deferChecks = true
 }
 
+// Flush sends START TRANSACTION and the held writes now (store.Tx), checking the deferred ones.
+func (t *tx) Flush(ctx context.Context) error {
+	c := t.q.(*txConn)
+	if c.err != nil {
+		return c.err
+	}
+	if c.begun && len(c.held) == 0 {
+		return nil
+	}
+	if err := c.flushIfLarge(ctx, "", nil); err != nil {
+		return err
+	}
+	if c.begun && len(c.held) == 0 { // flushIfLarge sent them
+		return nil
+	}
+	if _, err := c.exec(ctx, c.fold("", nil)); err != nil {
+		return fmt.Errorf("send held writes: %w", mapErr(err))
+	}
+	return nil
+}
+
 // WithTx runs fn in one transaction (REPEATABLE READ, the server default), committing when fn
 // returns nil and rolling back otherwise. A deadlock or lock wait timeout, whether from fn's
 // statements or from the commit, reruns fn from the start up to Options.TxRetries times with a

@@ -157,6 +157,9 @@ type tx struct {
 // so nothing would be saved.
 func (*tx) DeferChecks() {}
 
+// Flush does nothing (store.Tx): SQLite runs every statement when it is called.
+func (*tx) Flush(context.Context) error { return nil }
+
 // LockJobsAndLeases reads the jobs, then the leases (store.Tx). The transaction's BEGIN
 // IMMEDIATE holds the only writer's lock already. The payloads not asked for are dropped
 // after the read: an SQLite read is a copy in this process, not a transfer.

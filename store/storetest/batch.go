@@ -57,6 +57,17 @@ func testInsertMany(t *testing.T, b *bundle) {
 	})
 	require.NoError(t, err)
 
+	// Flush sends what the driver holds: a taken id fails it, not the commit.
+	err = b.s.WithTx(t.Context(), func(tx store.Tx) error {
+		if _, err := tx.JobInsertMany(t.Context(), []store.JobInsertParams{ps[0]}); err != nil {
+			return err
+		}
+		err := tx.Flush(t.Context())
+		require.ErrorIs(t, err, store.ErrConflict, "the held insert went out with Flush")
+		return err
+	})
+	require.ErrorIs(t, err, store.ErrConflict)
+
 	// The same id twice in one batch is a conflict too.
 	_, err = b.s.JobInsertMany(t.Context(), []store.JobInsertParams{fresh, fresh})
 	require.ErrorIs(t, err, store.ErrConflict)
