@@ -11,10 +11,10 @@ import (
 // The enqueued marks of submitted jobs. A submit of fewer than publishInTxMin jobs commits
 // them, publishes them, and queues their marks here; the marks are written a moment later,
 // many in one UPDATE, so that the submit is one round trip to MariaDB rather than two
-// (docs/performance.md). Most of the jobs are
-// claimed by then and their marks match nothing. A mark that never lands (a crash, a failed
-// write) costs a duplicate entry: the dispatcher publishes the job again once PublishGrace has
-// passed, and the claim of a job that has moved on is refused.
+// (docs/performance.md). Most of the jobs are claimed by then and their marks match nothing.
+// A mark that never lands (a crash, a failed write) costs a duplicate entry: the dispatcher
+// publishes the job again once PublishGrace has passed, and the claim of a job that has moved
+// on is refused.
 const (
 	// markDelay is how long a mark waits for others to share its UPDATE.
 	markDelay = 100 * time.Millisecond
@@ -68,7 +68,7 @@ func (q *markQueue) write(e *Engine) {
 	for {
 		time.Sleep(markDelay)
 		marks := q.take(true)
-		if marks == nil {
+		if len(marks) == 0 {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
@@ -77,7 +77,7 @@ func (q *markQueue) write(e *Engine) {
 	}
 }
 
-// writeMarks writes marks; a failure is logged, not retried (see the comment on markDelay).
+// writeMarks writes marks; a failure is logged, not retried (see the top of this file).
 func (e *Engine) writeMarks(ctx context.Context, marks []store.JobEnqueued) {
 	if _, err := e.store.JobMarkEnqueued(ctx, marks); err != nil {
 		e.log.Warn("marking published jobs enqueued failed; the dispatcher will publish them again",

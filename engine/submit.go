@@ -43,7 +43,8 @@ var AgentPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // Submit validates p and inserts the job (pending) and its audit row in one transaction, then
 // publishes the job to its type's stream; its enqueued mark is written a moment later (see
-// markQueue). A job_id that exists already returns the existing job with created=false and
+// markQueue). A transaction of publishInTxMin jobs or more publishes them before it commits
+// instead, and its COMMIT carries their marks (publishInTx). A job_id that exists already returns the existing job with created=false and
 // writes nothing; an existing job_id of another agent is a conflict. A failed publish is not an
 // error: the job stays unpublished and the dispatcher publishes it (the outbox).
 //
