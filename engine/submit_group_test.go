@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -111,4 +112,40 @@ func TestSubmitMany(t *testing.T) {
 	cancel()
 	out = b.eng.SubmitMany(gone, []engine.SubmitParams{{JobID: uid("gone"), Type: "noop", Agent: "tester", Payload: json.RawMessage(`1`)}})
 	require.ErrorIs(t, out[0].Err, context.Canceled)
+}
+
+// TestClaimWaitsForTheSubmitsCommit checks what publishing inside the submit's transaction (a
+// batch of publishInTxMin jobs or more) relies on: a worker that reads the entry before the
+// commit claims with a locking read that waits for the inserting transaction, then takes the
+// job, rather than refusing it as missing.
+func TestClaimWaitsForTheSubmitsCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	id := uid("inflight")
+	inserted, release := make(chan struct{}), make(chan struct{})
+	txDone := make(chan error, 1)
+	go func() {
+		txDone <- b.store.WithTx(ctx, func(tx store.Tx) error {
+			_, _, err := tx.JobInsert(ctx, store.JobInsertParams{ID: id, Type: "noop", Agent: "tester",
+				Payload: json.RawMessage(`1`), MaxAttempts: 2, Now: b.clock.Now()})
+			close(inserted)
+			<-release
+			return err
+		})
+	}()
+	<-inserted
+	claimed := make(chan engine.ClaimResult, 1)
+	go func() { claimed <- b.claim(t, "w1", id) }()
+	select {
+	case res := <-claimed:
+		t.Fatalf("the claim did not wait for the inserting transaction: %+v", res)
+	case <-time.After(300 * time.Millisecond): // the claim's locking read is waiting by now
+	}
+	close(release)
+	require.NoError(t, <-txDone)
+	res := <-claimed
+	require.Empty(t, res.Refused)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, id, res.Claimed[0].ID)
 }
