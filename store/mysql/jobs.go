@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -84,23 +85,13 @@ func (e executor) JobInsertMany(ctx context.Context, ps []store.JobInsertParams)
 	return shared.InsertJobs(ctx, e.q, ps)
 }
 
-// heldExecer holds every statement it is given in a transaction, for its next round trip.
+// heldExecer holds every statement it is given in a transaction, for its next round trip; the
+// statement has no result yet.
 type heldExecer struct{ t *txConn }
 
 func (h heldExecer) ExecContext(_ context.Context, query string, args ...any) (sql.Result, error) {
 	h.t.hold("insert jobs", query, args)
-	return heldResult{}, nil
-}
-
-// heldResult is the result of a held statement, which has not run yet.
-type heldResult struct{}
-
-func (heldResult) LastInsertId() (int64, error) {
-	return 0, errors.New("a held statement has no result yet")
-}
-
-func (heldResult) RowsAffected() (int64, error) {
-	return 0, errors.New("a held statement has no result yet")
+	return driver.ResultNoRows, nil
 }
 
 // JobGet returns one job or store.ErrNotFound.

@@ -135,16 +135,12 @@ func (t *tx) Flush(ctx context.Context) error {
 	if c.err != nil {
 		return c.err
 	}
-	if c.begun && len(c.held) == 0 {
-		return nil
+	err := c.flushIfLarge(ctx, "", nil) // sends them one by one when they are large
+	if err == nil && (!c.begun || len(c.held) > 0) {
+		_, err = c.exec(ctx, c.fold("", nil))
 	}
-	if err := c.flushIfLarge(ctx, "", nil); err != nil {
-		return err
-	}
-	if c.begun && len(c.held) == 0 { // flushIfLarge sent them
-		return nil
-	}
-	if _, err := c.exec(ctx, c.fold("", nil)); err != nil {
+	if err != nil {
+		// A taken job id is a conflict however the held insert went out.
 		return fmt.Errorf("send held writes: %w", mapErr(err))
 	}
 	return nil
