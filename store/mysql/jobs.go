@@ -136,13 +136,8 @@ func (e executor) JobHolders(ctx context.Context, ids []string) ([]store.JobHold
 	return out, nil
 }
 
-// distinctIDs returns the ids that can exist (asciiID), sorted, each once: the order of the
-// rows a batch locks.
-func distinctIDs(ids []string) []string {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" || !asciiID(id) })
-	slices.Sort(ids)
-	return slices.Compact(ids)
-}
+// distinctIDs: see sqlgen.DistinctIDs; sorted is the order of the rows a batch locks.
+func distinctIDs(ids []string) []string { return sqlgen.DistinctIDs(ids) }
 
 // lockJobsByID is the locking read of ids (at most batchChunk of them) in id order, which reads
 // the payloads of the jobs among withPayload only (store.LockParams), and its arguments.

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -169,12 +168,8 @@ func nullString(s string) any {
 // asciiID: see sqlgen.ASCIIID.
 func asciiID(id string) bool { return sqlgen.ASCIIID(id) }
 
-// distinctIDs returns the ids that can exist (asciiID, not empty), sorted, each once.
-func distinctIDs(ids []string) []string {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" || !asciiID(id) })
-	slices.Sort(ids)
-	return slices.Compact(ids)
-}
+// distinctIDs: see sqlgen.DistinctIDs.
+func distinctIDs(ids []string) []string { return sqlgen.DistinctIDs(ids) }
 
 func clampLimit(limit, def, maxLimit int) int {
 	if limit <= 0 {

@@ -53,6 +53,14 @@ func ASCIIID(id string) bool {
 	return true
 }
 
+// DistinctIDs returns the ids (or tokens) that can exist, not empty and ASCIIID, sorted, each
+// once: the order in which a batch reads and locks rows.
+func DistinctIDs(ids []string) []string {
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" || !ASCIIID(id) })
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
 // NewJob is the row a new pending job is inserted as: times in UTC, to the microsecond (what
 // both schemas keep), AvailableAt Now when zero.
 func NewJob(p store.JobInsertParams) store.Job {
