@@ -3,7 +3,9 @@ package testenv_test
 import (
 	"context"
 	"database/sql"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
@@ -66,4 +68,27 @@ func TestRedisPrefix(t *testing.T) {
 	}
 	require.NoError(t, it.Err())
 	require.Empty(t, keys)
+}
+
+func TestProcessCPU(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, time.Duration(-1), testenv.ProcessCPU(0))
+
+	self := os.Getpid()
+	before := testenv.ProcessCPU(self)
+	require.GreaterOrEqual(t, before, time.Duration(0))
+	// Burn CPU until the kernel's count (USER_HZ ticks) has moved.
+	deadline := time.Now().Add(10 * time.Second)
+	x := 0
+	for testenv.ProcessCPU(self) == before && time.Now().Before(deadline) {
+		for i := range 1_000_000 {
+			x ^= i
+		}
+	}
+	require.Greater(t, testenv.ProcessCPU(self), before, "burned CPU %d", x)
+
+	// The test server runs on this host here and in CI; elsewhere there is no pid to read.
+	if pid := testenv.MySQLServerPID(t); pid > 0 {
+		require.GreaterOrEqual(t, testenv.ProcessCPU(pid), time.Duration(0))
+	}
 }

@@ -1,15 +1,13 @@
 package mysql_test
 
 import (
-	"database/sql"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/store/mysql"
 )
@@ -19,12 +17,12 @@ import (
 // the engine writes it (the job rows, their audit rows, the enqueued marks, one commit) for
 // batches of 1 and 4 jobs, next to a lone autocommit INSERT of a job row, from 8 goroutines.
 // server_us/job is the CPU MariaDB spent per job when it runs on this host (read from /proc
-// through its pid file; absent otherwise), client_us/job this process's.
+// through its pid file, testenv.MySQLServerPID; absent otherwise), client_us/job this process's.
 //
 // Run: go test -run '^$' -bench BenchmarkSubmitCost -benchtime 4000x ./store/mysql/
 func BenchmarkSubmitCost(b *testing.B) {
-	s, dsn := setup(b, mysql.Options{MaxOpenConns: 8, MaxIdleConns: 8})
-	serverPID := mariadbPID(b, dsn)
+	s, _ := setup(b, mysql.Options{MaxOpenConns: 8, MaxIdleConns: 8})
+	serverPID, clientPID := testenv.MySQLServerPID(b), os.Getpid()
 	var seq atomic.Int64
 	for _, tc := range []struct {
 		name  string
@@ -33,7 +31,7 @@ func BenchmarkSubmitCost(b *testing.B) {
 	}{{"Autocommit", 1, false}, {"Tx1", 1, true}, {"Tx4", 4, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetParallelism(4) // 8 goroutines on 2 CPUs
-			server0, client0 := procCPU(serverPID), procCPU(strconv.Itoa(os.Getpid()))
+			server0, client0 := testenv.ProcessCPU(serverPID), testenv.ProcessCPU(clientPID)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -47,9 +45,9 @@ func BenchmarkSubmitCost(b *testing.B) {
 			jobs := float64(b.N * tc.batch)
 			b.ReportMetric(jobs/b.Elapsed().Seconds(), "jobs/s")
 			if server0 >= 0 {
-				b.ReportMetric((procCPU(serverPID)-server0).Seconds()*1e6/jobs, "server_us/job")
+				b.ReportMetric((testenv.ProcessCPU(serverPID)-server0).Seconds()*1e6/jobs, "server_us/job")
 			}
-			b.ReportMetric((procCPU(strconv.Itoa(os.Getpid()))-client0).Seconds()*1e6/jobs, "client_us/job")
+			b.ReportMetric((testenv.ProcessCPU(clientPID)-client0).Seconds()*1e6/jobs, "client_us/job")
 		})
 	}
 }
@@ -85,41 +83,4 @@ func submitBatch(b *testing.B, s *mysql.Store, seq *atomic.Int64, n int, tx bool
 		_, err = tx.JobMarkEnqueued(b.Context(), marks)
 		return err
 	})
-}
-
-// mariadbPID returns the pid of the MariaDB server of dsn when it runs on this host, else "".
-func mariadbPID(b *testing.B, dsn string) string {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return ""
-	}
-	defer db.Close()
-	var file string
-	if err := db.QueryRowContext(b.Context(), "SELECT @@pid_file").Scan(&file); err != nil {
-		return ""
-	}
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(raw))
-}
-
-// procCPU is the user+system CPU time of process pid so far; -1 when it cannot be read.
-func procCPU(pid string) time.Duration {
-	if pid == "" {
-		return -1
-	}
-	raw, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return -1
-	}
-	// The fields after the command (which may hold spaces) start after the last ')'.
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
