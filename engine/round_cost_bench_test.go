@@ -1,0 +1,108 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// BenchmarkRoundCost measures what a worker's rounds cost MariaDB and the engine per job.
+// One op is one round, as a busy worker makes them: a claim of `batch` jobs that carries the
+// results of the previous round's jobs. So a job costs one claim and one completion, each
+// shared by the batch. The rounds run one after another, as one reader's do.
+//
+// It reports server_us/job, the CPU MariaDB spent per job, when MariaDB runs on this host,
+// and client_us/job, this process's. On a shared machine these move far less between runs
+// than jobs/s does. Batch1 and Batch5 show the fixed cost of a round, Batch50 the cost per
+// job, and Payload256KiB what a payload's size costs its updates (docs/performance.md).
+//
+// Run: go test -run '^$' -bench BenchmarkRoundCost -benchtime 200x ./engine/
+func BenchmarkRoundCost(b *testing.B) {
+	big, _ := json.Marshal(map[string]string{"prompt": strings.Repeat("x", 256<<10)})
+	for _, tc := range []struct {
+		name    string
+		batch   int
+		payload json.RawMessage
+	}{
+		{"Batch1", 1, json.RawMessage(`{}`)},
+		{"Batch5", 5, json.RawMessage(`{}`)},
+		{"Batch50", 50, json.RawMessage(`{}`)},
+		{"Payload256KiB", 10, big},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			st, eng := benchEngine(b, nil)
+			ctx := context.Background()
+			ids := insertRoundJobs(b, st, b.N*tc.batch, tc.payload)
+			serverPID, clientPID := testenv.MySQLServerPID(b), os.Getpid()
+			b.ResetTimer()
+			server0, client0 := testenv.ProcessCPU(serverPID), testenv.ProcessCPU(clientPID)
+			var results []engine.Result
+			for batch := range slices.Chunk(ids, tc.batch) {
+				items := make([]engine.ClaimItem, len(batch))
+				for i, id := range batch {
+					items[i] = engine.ClaimItem{JobID: id}
+				}
+				res, err := eng.Claim(ctx, engine.ClaimParams{WorkerID: "w", Items: items, Results: results})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(res.Claimed) != len(batch) {
+					b.Fatalf("claimed %d of %d: %+v", len(res.Claimed), len(batch), res.Refused)
+				}
+				results = roundResults(res.Claimed)
+			}
+			res, err := eng.Complete(ctx, engine.CompleteParams{WorkerID: "w", Results: results})
+			if err != nil || len(res.Outcomes) != len(results) {
+				b.Fatalf("complete the last round: %v, %d outcomes", err, len(res.Outcomes))
+			}
+			b.StopTimer()
+			jobs := float64(len(ids))
+			b.ReportMetric(jobs/b.Elapsed().Seconds(), "jobs/s")
+			if server0 >= 0 {
+				b.ReportMetric((testenv.ProcessCPU(serverPID)-server0).Seconds()*1e6/jobs, "server_us/job")
+			}
+			b.ReportMetric((testenv.ProcessCPU(clientPID)-client0).Seconds()*1e6/jobs, "client_us/job")
+		})
+	}
+}
+
+// insertRoundJobs inserts n pending jobs with payload, a few at a time (so that a packet of
+// large payloads stays within max_allowed_packet), and returns their ids.
+func insertRoundJobs(b *testing.B, st store.Store, n int, payload json.RawMessage) []string {
+	b.Helper()
+	ids := make([]string, n)
+	ps := make([]store.JobInsertParams, 0, 20)
+	now := time.Now()
+	for i := range ids {
+		ids[i] = fmt.Sprintf("round-%08d", i)
+		ps = append(ps, store.JobInsertParams{ID: ids[i], Type: "noop", Agent: "bench", Payload: payload,
+			MaxAttempts: 3, Timeout: time.Minute, Now: now})
+		if len(ps) == cap(ps) || i == n-1 {
+			if _, err := st.JobInsertMany(context.Background(), ps); err != nil {
+				b.Fatal(err)
+			}
+			ps = ps[:0]
+		}
+	}
+	return ids
+}
+
+// roundResults are the results a worker reports for jobs it has just run: done, with the
+// start folded in.
+func roundResults(claimed []store.Job) []engine.Result {
+	results := make([]engine.Result, len(claimed))
+	for i, job := range claimed {
+		results[i] = engine.Result{JobID: job.ID, Attempt: job.Attempts, LeaseToken: job.LeaseToken, Done: true,
+			Output: json.RawMessage(`{}`), Elapsed: time.Millisecond}
+	}
+	return results
+}
