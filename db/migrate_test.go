@@ -58,6 +58,9 @@ func TestMigrateMySQL(t *testing.T) {
 		require.Equal(t, latest, v)
 		require.False(t, dirty)
 		require.Equal(t, createdTables(t), tables(t, dsn))
+		// 007 dropped the payload's check, which MariaDB ran on every UPDATE of a job; the
+		// result's stays.
+		require.Equal(t, []string{"chk_jobs_result_json"}, checkConstraints(t, dsn, "orchestrator_jobs"))
 
 		// Up again: no change is not an error.
 		v, _, err = db.MigrateMySQL(ctx, dsn, db.CmdUp, nil)
@@ -194,10 +197,23 @@ func TestEnsureDatabase(t *testing.T) {
 
 func tables(t *testing.T, dsn string) []string {
 	t.Helper()
+	return queryStrings(t, dsn, "SHOW TABLES")
+}
+
+// checkConstraints lists the names of the CHECK constraints of table, sorted.
+func checkConstraints(t *testing.T, dsn, table string) []string {
+	t.Helper()
+	return queryStrings(t, dsn, `SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS
+		WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY CONSTRAINT_NAME`, table)
+}
+
+// queryStrings runs q against dsn and returns the first column of every row.
+func queryStrings(t *testing.T, dsn, q string, args ...any) []string {
+	t.Helper()
 	conn, err := sql.Open("mysql", dsn)
 	require.NoError(t, err)
 	defer conn.Close()
-	rows, err := conn.QueryContext(t.Context(), "SHOW TABLES")
+	rows, err := conn.QueryContext(t.Context(), q, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var names []string
