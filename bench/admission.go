@@ -111,7 +111,7 @@ func (r *runner) admission(ctx context.Context, ids idSpace) *ScenarioResult {
 			res.Notes = append(res.Notes, "stopping workers: "+err.Error())
 		}
 	}
-	a := &admissionRun{r: r, res: res, ids: ids, sub: submitter{api: r.st.api, jobType: parkedType}}
+	a := &admissionRun{r: r, res: res, ids: ids, sub: submitter{api: r.st.api, jobType: parkedType, payload: r.sub.payload}}
 	own := r.st.dbName != ""
 	if !own {
 		a.sub.jobType = r.o.jobType

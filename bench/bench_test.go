@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -112,6 +113,16 @@ func TestLikePrefix(t *testing.T) {
 	require.Equal(t, `a\_b\%c\\%`, likePrefix(`a_b%c\`))
 }
 
+func TestBenchPayload(t *testing.T) {
+	t.Parallel()
+	require.JSONEq(t, `{}`, string(benchPayload(0)))
+	for _, n := range []int{minPayloadBytes, 100, 256 << 10, maxPayloadBytes} {
+		p := benchPayload(n)
+		require.Len(t, p, n)
+		require.True(t, json.Valid(p), "%d bytes", n)
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	t.Parallel()
 
@@ -135,6 +146,9 @@ func TestParseFlags(t *testing.T) {
 			{"-pprof", "latency", "-scenarios", "burndown"},
 			{"-api-url", "http://x"},
 			{"-no-workers"},
+			{"-payload-bytes", "9"},
+			{"-payload-bytes", "1048577"},
+			{"-payload-bytes", "1024", "-scenarios", "streaming,backlog"},
 		} {
 			_, _, err := parseFlags(args)
 			require.Error(t, err, "%v", args)

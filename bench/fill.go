@@ -75,7 +75,7 @@ func (s submitter) fill(ctx context.Context, ls *loadStats, ids idSpace, from, n
 func (s submitter) batch(ids idSpace, first, k int) client.SubmitBatchRequest {
 	jobs := make([]client.SubmitRequest, k)
 	for i := range jobs {
-		jobs[i] = client.SubmitRequest{JobID: ids.id(first + i), Type: s.jobType, Agent: benchAgent, Payload: noopPayload}
+		jobs[i] = client.SubmitRequest{JobID: ids.id(first + i), Type: s.jobType, Agent: benchAgent, Payload: s.payload}
 	}
 	return client.SubmitBatchRequest{Jobs: jobs}
 }

@@ -7,18 +7,33 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/config"
 )
 
 // benchAgent is the agent name of every job the bench submits.
 const benchAgent = "bench"
 
-// noopPayload is the payload of every job: the noop handler does not look at it.
-var noopPayload = json.RawMessage(`{}`)
+// The bounds of -payload-bytes: the smallest object benchPayload makes, and the orchestrator's
+// default max_payload_bytes.
+const (
+	minPayloadBytes = len(`{"pad":""}`)
+	maxPayloadBytes = config.MaxPayloadBytesDefault
+)
+
+// benchPayload is the payload of every job, which the noop handler does not look at: {} when
+// n is 0, else {"pad":"xx…"} of exactly n bytes, to measure what a payload's size costs.
+func benchPayload(n int) json.RawMessage {
+	if n == 0 {
+		return json.RawMessage(`{}`)
+	}
+	return json.RawMessage(`{"pad":"` + strings.Repeat("x", n-minPayloadBytes) + `"}`)
+}
 
 // newHTTPClient returns the bench's HTTP client: one transport whose idle pool keeps a
 // connection per concurrent sender, so a submit never pays for a new TCP connection.
@@ -129,12 +144,13 @@ func nonZero(ds []time.Duration) []time.Duration {
 type submitter struct {
 	api     *client.Client
 	jobType string
+	payload json.RawMessage // benchPayload
 }
 
 // submit sends job i and records its outcome in ls.
 func (s submitter) submit(ctx context.Context, ls *loadStats, i int, id string) {
 	t0 := time.Now()
-	_, err := s.api.Submit(ctx, client.SubmitRequest{JobID: id, Type: s.jobType, Agent: benchAgent, Payload: noopPayload})
+	_, err := s.api.Submit(ctx, client.SubmitRequest{JobID: id, Type: s.jobType, Agent: benchAgent, Payload: s.payload})
 	if err != nil {
 		ls.fail(err)
 		return

@@ -58,6 +58,7 @@ type options struct {
 	concurrency int
 	gomaxprocs  int
 	jobType     string
+	payload     int
 	mysqlDSN    string
 	redisAddr   string
 	apiURL      string
@@ -111,6 +112,7 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 50, "jobs each worker runs at once")
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the orchestrator and the workers the bench starts (0: Go's default, the CPUs); see docs/performance.md")
 	fs.StringVar(&o.jobType, "type", "noop", "job type to submit (its handler must be noop)")
+	fs.IntVar(&o.payload, "payload-bytes", 0, fmt.Sprintf("size of every job's payload: {} when 0, else a JSON object of exactly this many bytes (%d to %d, the orchestrator's default max_payload_bytes); not with backlog, whose batches would pass the 32 MiB request cap", minPayloadBytes, maxPayloadBytes))
 	fs.StringVar(&o.mysqlDSN, "mysql-dsn", cmp.Or(os.Getenv("ORCH_TEST_MYSQL_DSN"), "root@tcp(127.0.0.1:3306)/"),
 		"MariaDB: the server for the bench's own database; with -api-url, the orchestrator's database (…/orchestrator)")
 	fs.StringVar(&o.redisAddr, "redis-addr", cmp.Or(os.Getenv("ORCH_TEST_REDIS_ADDR"), "127.0.0.1:6379"), "Redis address")
@@ -156,6 +158,12 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	}
 	if o.n < 1 || o.producers < 1 || o.maxInflight < 1 || o.concurrency < 1 {
 		errs = append(errs, errors.New("-n, -producers, -max-inflight and -concurrency must be positive"))
+	}
+	if o.payload != 0 && (o.payload < minPayloadBytes || o.payload > maxPayloadBytes) {
+		errs = append(errs, fmt.Errorf("-payload-bytes %d: want 0 or %d to %d", o.payload, minPayloadBytes, maxPayloadBytes))
+	}
+	if o.payload != 0 && slices.Contains(o.scenarios, "backlog") {
+		errs = append(errs, errors.New("-payload-bytes: not with the backlog scenario, whose fill sends 1,000 jobs a request"))
 	}
 	if o.workers < 1 && !o.noWorkers {
 		errs = append(errs, errors.New("-workers must be positive (or use -no-workers)"))
@@ -248,7 +256,7 @@ func runScenarios(ctx context.Context, o *options, rep *Report) error {
 		o:     o,
 		st:    st,
 		hc:    hc,
-		sub:   submitter{api: st.api, jobType: o.jobType},
+		sub:   submitter{api: st.api, jobType: o.jobType, payload: benchPayload(o.payload)},
 		jdb:   jobsDB{db: st.db, jobType: o.jobType, noHint: new(atomic.Bool)},
 		runID: randomHex(3),
 	}
