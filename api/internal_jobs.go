@@ -51,12 +51,19 @@ func (s *Server) claim(c *gin.Context) {
 			engine.CompleteResult{Outcomes: res.Outcomes})
 	}
 	s.traceClaims(c.Request.Context(), start, req, res)
-	c.JSON(http.StatusOK, client.ClaimResponse{
+	body, err := encodeClaimResponse(client.ClaimResponse{
 		Claimed:  claimedToWire(res.Claimed, res.Leases),
 		Refused:  refusalsToWire(res.Refused),
 		Outcomes: outcomesToWire(res.Outcomes),
 		Cancel:   res.Cancel,
 	})
+	if err != nil {
+		// The claim is committed: its jobs are the worker's until their leases expire and
+		// the rescuer retries them. That is what a lost answer costs anyway.
+		s.writeError(c, err)
+		return
+	}
+	c.Data(http.StatusOK, jsonContentType, body)
 }
 
 func validateClaim(req client.ClaimRequest) error {
