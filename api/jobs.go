@@ -79,7 +79,9 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 			return engine.SubmitParams{}, forbidden("this token submits for agent %q only", id.Agent)
 		}
 	}
-	p := engine.SubmitParams{JobID: b.JobID, Type: b.Type, Agent: b.Agent, Payload: b.Payload, Actor: id.Actor()}
+	// decodeJSON has checked the payload: a json.RawMessage holds a value the decoder read.
+	p := engine.SubmitParams{JobID: b.JobID, Type: b.Type, Agent: b.Agent, Payload: b.Payload, PayloadChecked: true,
+		Actor: id.Actor()}
 	switch {
 	case p.JobID != "" && !engine.JobIDPattern.MatchString(p.JobID):
 		return p, badRequest("job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")

@@ -16,6 +16,11 @@ type SubmitParams struct {
 	MaxAttempts int           // 0: the type's default
 	Timeout     time.Duration // 0: the type's default
 	Actor       string        // audit actor, e.g. "agent:NAME"
+
+	// PayloadChecked says the caller decoded Payload from JSON already (the API's decoder
+	// does), so Submit does not scan it once more to check it: with large payloads each scan
+	// costs. Every other caller leaves it false.
+	PayloadChecked bool
 }
 
 // ClaimItem is one stream entry a worker read.
