@@ -21,8 +21,8 @@ const claimedPrefix = `{"claimed":[`
 // payload as it is. encoding/json validates and compacts every json.RawMessage it writes, so
 // a claim of jobs with large payloads scanned each payload once more. With 64 KiB payloads
 // that scan was the orchestrator's largest cost (docs/performance.md). The payloads need no
-// check here: the engine checked each one with json.Valid before its INSERT, and nothing
-// writes a payload after that.
+// check here: each was read as JSON before its INSERT (by the API's decoder, or by the
+// engine's json.Valid for other callers), and nothing writes a payload after that.
 //
 // The payload bytes are copied unchanged, so characters that json.Marshal would escape for
 // HTML (<, >, &) stay as they were submitted. Both forms decode to the same value.

@@ -1,8 +1,10 @@
 -- MariaDB checks every CHECK constraint of a row on every UPDATE of that row, even when the
 -- columns it names are not changed. So chk_jobs_payload_json parsed a job's whole payload
 -- again at its claim, its start, its completion and its enqueued mark. A payload is written
--- once: the INSERT of its submit, after the engine has checked it with json.Valid. Nothing in
--- the orchestrator writes it again.
+-- once: the INSERT of its submit, after it was read as JSON (by the API's decoder, or by the
+-- engine's json.Valid for other callers). Nothing in the orchestrator writes it again.
+-- Ad-hoc SQL that writes a payload must write valid JSON: a claim hands the payload to its
+-- worker as it is.
 --
 -- Measured (docs/performance.md, "The payload's JSON check"): a worker round of 10 jobs of
 -- 256 KiB cost MariaDB 1,940 to 1,990 µs of CPU per job with the check and 450 to 510 µs
