@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,5 +75,56 @@ func TestEncodeClaimResponse(t *testing.T) {
 		want, err := json.Marshal(resp)
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(got))
+	})
+}
+
+// FuzzEncodeClaimResponse checks the splice against json.Marshal for arbitrary ids, types and
+// JSON payloads, including ids that spell `,"payload":null`: the two answers decode to the
+// same response, and to the same bytes when json.Marshal had nothing to compact or escape.
+// The seeds run with every go test:
+//
+//	go test -run '^$' -fuzz '^FuzzEncodeClaimResponse$' -fuzztime 60s ./api/
+func FuzzEncodeClaimResponse(f *testing.F) {
+	for _, seed := range [][3]string{
+		{"a", "noop", `{}`},
+		{`,"payload":null`, `"payload":null,`, `{"payload":null}`},
+		{"job\"1", "t<y>&pe", ` [ 1 , "<&>" , {"k" : null} ] `},
+		{"é\u2028", "", `"\u0000\ud800"`},
+		{"", "x", `123e-4`},
+	} {
+		f.Add(seed[0], seed[1], seed[2])
+	}
+	f.Fuzz(func(t *testing.T, id, typ, payload string) {
+		if !json.Valid([]byte(payload)) {
+			t.Skip("payloads are JSON by the time they are claimed")
+		}
+		resp := client.ClaimResponse{
+			Claimed: []client.ClaimedJob{
+				{JobID: id, Type: typ, Payload: json.RawMessage(payload), Attempt: 1},
+				{JobID: typ, Type: id, Payload: json.RawMessage(`{}`)},
+			},
+			Refused: []client.ClaimRefusal{{JobID: id, Reason: client.ReasonNotPending, Detail: payload}},
+		}
+		want, err := json.Marshal(resp)
+		if err != nil {
+			t.Fatalf("json.Marshal: %v", err)
+		}
+		got, err := encodeClaimResponse(resp)
+		if err != nil {
+			t.Fatalf("encodeClaimResponse: %v", err)
+		}
+		var w, g any
+		if err := json.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("the answer is not JSON: %v\n%s", err, got)
+		}
+		require.Equal(t, w, g)
+		var compact bytes.Buffer
+		if json.Compact(&compact, []byte(payload)) == nil && compact.String() == payload &&
+			!strings.ContainsAny(payload, "<>&") && !strings.Contains(payload, "\u2028") && !strings.Contains(payload, "\u2029") {
+			require.Equal(t, string(want), string(got))
+		}
 	})
 }
