@@ -6,9 +6,10 @@
 -- Ad-hoc SQL that writes a payload must write valid JSON: a claim hands the payload to its
 -- worker as it is.
 --
--- Measured (docs/performance.md, "The payload's JSON check"): a worker round of 10 jobs of
--- 256 KiB cost MariaDB 1,940 to 1,990 µs of CPU per job with the check and 450 to 510 µs
--- without it. The cost grows with the payload, and for no-op jobs it is within noise.
+-- Measured (docs/performance.md, "2026-11-26: what a payload costs"): in
+-- BenchmarkRoundCost/Payload256KiB, worker rounds of 10 jobs of 256 KiB cost MariaDB 2,015
+-- and 2,375 µs of CPU per job with the check, and 575 and 570 µs without it. The cost grows
+-- with the payload; for no-op jobs it is within noise.
 --
 -- The other JSON checks stay. A job's result is checked once, when it is written. The audit
 -- rows are never updated, and lease metadata is small. SQLite runs a CHECK on UPDATE only
