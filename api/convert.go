@@ -111,6 +111,8 @@ func resultsFromWire(rs []client.JobResult) []engine.Result {
 			Error:        r.Error,
 			NonRetryable: r.NonRetryable,
 			Elapsed:      time.Duration(r.ElapsedUS) * time.Microsecond,
+			// decodeJSON has checked it: a json.RawMessage holds a value the decoder read.
+			OutputChecked: true,
 		})
 	}
 	return out

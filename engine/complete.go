@@ -189,7 +189,7 @@ func (e *Engine) finish(job *store.Job, actor string, r Result, now time.Time) (
 			add(store.JobUpdate{To: store.JobRunning, StartedAt: &started}, nil)
 		}
 		output := r.Output
-		if len(output) == 0 || !json.Valid(output) {
+		if len(output) == 0 || (!r.OutputChecked && !json.Valid(output)) {
 			output = json.RawMessage("null")
 		}
 		empty := ""

@@ -23,20 +23,23 @@ import (
 // It reports server_us/job, the CPU MariaDB spent per job, when MariaDB runs on this host,
 // and client_us/job, this process's. On a shared machine these move far less between runs
 // than jobs/s does. Batch1 and Batch5 show the fixed cost of a round, Batch50 the cost per
-// job, and Payload256KiB what a payload's size costs its updates (docs/performance.md).
+// job, Payload256KiB what a payload's size costs its updates, and Result256KiB what a
+// result's size costs its completion, checked as the API hands it over (docs/performance.md).
 //
 // Run: go test -run '^$' -bench BenchmarkRoundCost -benchtime 200x ./engine/
 func BenchmarkRoundCost(b *testing.B) {
 	big, _ := json.Marshal(map[string]string{"prompt": strings.Repeat("x", 256<<10)})
+	small := json.RawMessage(`{}`)
 	for _, tc := range []struct {
-		name    string
-		batch   int
-		payload json.RawMessage
+		name            string
+		batch           int
+		payload, output json.RawMessage
 	}{
-		{"Batch1", 1, json.RawMessage(`{}`)},
-		{"Batch5", 5, json.RawMessage(`{}`)},
-		{"Batch50", 50, json.RawMessage(`{}`)},
-		{"Payload256KiB", 10, big},
+		{"Batch1", 1, small, small},
+		{"Batch5", 5, small, small},
+		{"Batch50", 50, small, small},
+		{"Payload256KiB", 10, big, small},
+		{"Result256KiB", 10, small, big},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			st, eng := benchEngine(b, nil)
@@ -58,7 +61,7 @@ func BenchmarkRoundCost(b *testing.B) {
 				if len(res.Claimed) != len(batch) {
 					b.Fatalf("claimed %d of %d: %+v", len(res.Claimed), len(batch), res.Refused)
 				}
-				results = roundResults(res.Claimed)
+				results = roundResults(res.Claimed, tc.output)
 			}
 			res, err := eng.Complete(ctx, engine.CompleteParams{WorkerID: "w", Results: results})
 			if err != nil || len(res.Outcomes) != len(results) {
@@ -96,13 +99,13 @@ func insertRoundJobs(b *testing.B, st store.Store, n int, payload json.RawMessag
 	return ids
 }
 
-// roundResults are the results a worker reports for jobs it has just run: done, with the
-// start folded in.
-func roundResults(claimed []store.Job) []engine.Result {
+// roundResults are the results a worker reports for jobs it has just run, as the API hands
+// them to the engine: done, with the start folded in, the output decoded from JSON.
+func roundResults(claimed []store.Job, output json.RawMessage) []engine.Result {
 	results := make([]engine.Result, len(claimed))
 	for i, job := range claimed {
 		results[i] = engine.Result{JobID: job.ID, Attempt: job.Attempts, LeaseToken: job.LeaseToken, Done: true,
-			Output: json.RawMessage(`{}`), Elapsed: time.Millisecond}
+			Output: output, OutputChecked: true, Elapsed: time.Millisecond}
 	}
 	return results
 }

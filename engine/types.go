@@ -90,6 +90,10 @@ type Result struct {
 	// Elapsed is the time from the handler's start to the report, as the worker measured it
 	// (0: unknown). It dates the start of a job whose start was not reported separately.
 	Elapsed time.Duration
+	// OutputChecked says the caller decoded Output from JSON already (the API's decoder does),
+	// so recording it does not scan it once more, as SubmitParams.PayloadChecked for payloads.
+	// Every other caller leaves it false: an Output that is not JSON is stored as null.
+	OutputChecked bool
 }
 
 // CompleteParams is one completion report of a worker.
