@@ -58,9 +58,10 @@ func TestMigrateMySQL(t *testing.T) {
 		require.Equal(t, latest, v)
 		require.False(t, dirty)
 		require.Equal(t, createdTables(t), tables(t, dsn))
-		// 007 dropped the payload's check, which MariaDB ran on every UPDATE of a job; the
-		// result's stays.
-		require.Equal(t, []string{"chk_jobs_result_json"}, checkConstraints(t, dsn, "orchestrator_jobs"))
+		// 007 dropped the JSON checks of the job's payload and result, which MariaDB ran on
+		// every UPDATE of a job; the audit rows' stays.
+		require.Empty(t, checkConstraints(t, dsn, "orchestrator_jobs"))
+		require.Equal(t, []string{"chk_audit_details_json"}, checkConstraints(t, dsn, "orchestrator_audit"))
 
 		// Up again: no change is not an error.
 		v, _, err = db.MigrateMySQL(ctx, dsn, db.CmdUp, nil)

@@ -260,6 +260,24 @@ func TestComplete(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
+	t.Run("OutputNotJSONStoredAsNull", func(t *testing.T) {
+		// The engine is the last check of a result that the API did not decode: the schema
+		// has none since migration 007.
+		t.Parallel()
+		b := setup(t)
+		job := b.submit(t, "noop")
+		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
+		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
+			{JobID: job.ID, Attempt: 1, LeaseToken: tok, Done: true, Output: json.RawMessage(`{nope`)},
+		}})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeDone, res.Outcomes[0].Outcome)
+		got, err := b.eng.Get(ctx, job.ID)
+		require.NoError(t, err)
+		require.Equal(t, store.JobDone, got.Status)
+		require.Equal(t, "null", string(got.Result))
+	})
+
 	t.Run("Done", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

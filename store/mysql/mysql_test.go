@@ -182,21 +182,6 @@ func TestErrorMapping(t *testing.T) {
 		require.True(t, strings.HasPrefix(long, got.LastError))
 		require.Equal(t, 65534, len(got.LastError), "cut at a rune boundary")
 	})
-
-	t.Run("InvalidResultJSONRejected", func(t *testing.T) {
-		// The result's JSON check is in the schema. The payload's is the engine's since
-		// migration 007, because MariaDB ran it again at every update of the job.
-		t.Parallel()
-		j := insertJob(t, s, "bad-result")
-		err := s.JobUpdate(t.Context(), store.JobUpdate{ID: j.ID, From: store.JobPending, To: store.JobDone,
-			Result: []byte(`{nope`), Now: time.Now()})
-		require.Error(t, err)
-		require.ErrorContains(t, err, "update job bad-result")
-		got, err := s.JobGet(t.Context(), j.ID)
-		require.NoError(t, err)
-		require.Equal(t, store.JobPending, got.Status)
-		require.Nil(t, got.Result)
-	})
 }
 
 func TestInsertDuplicateAfterSnapshot(t *testing.T) {

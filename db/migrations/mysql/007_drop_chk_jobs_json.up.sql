@@ -1,19 +1,25 @@
+-- The JSON checks of a job's payload and result are the application's: MariaDB's cost too much.
+--
 -- MariaDB checks every CHECK constraint of a row on every UPDATE of that row, even when the
 -- columns it names are not changed. So chk_jobs_payload_json parsed a job's whole payload
--- again at its claim, its start, its completion and its enqueued mark. A payload is written
--- once: the INSERT of its submit, after it was read as JSON (by the API's decoder, or by the
--- engine's json.Valid for other callers). Nothing in the orchestrator writes it again.
--- Ad-hoc SQL that writes a payload must write valid JSON: a claim hands the payload to its
--- worker as it is.
+-- again at its claim, its start, its completion and its enqueued mark. chk_jobs_result_json
+-- parsed the result once more at the completion that wrote it, after the API's decoder had.
 --
--- Measured (docs/performance.md, "2026-11-26: what a payload costs"): in
--- BenchmarkRoundCost/Payload256KiB, worker rounds of 10 jobs of 256 KiB cost MariaDB 2,015
--- and 2,375 µs of CPU per job with the check, and 575 and 570 µs without it. The cost grows
--- with the payload; for no-op jobs it is within noise.
+-- Both are written once, and each is read as JSON before that: by the API's decoder, or by
+-- the engine's json.Valid for other callers (an output that is not JSON is stored as null).
+-- Nothing in the orchestrator writes either again. Ad-hoc SQL that writes a payload or a
+-- result must write valid JSON: a claim hands the payload to its worker as it is.
 --
--- The other JSON checks stay. A job's result is checked once, when it is written. The audit
--- rows are never updated, and lease metadata is small. SQLite runs a CHECK on UPDATE only
--- when a column it names changes, so its mirror keeps the check (sqlite/007).
+-- Measured (docs/performance.md, "2026-11-26: what a payload costs"):
+-- * BenchmarkRoundCost/Payload256KiB (worker rounds of 10 jobs of 256 KiB): MariaDB 2,015 and
+--   2,375 µs of CPU per job with the payload's check, 575 and 570 µs without it;
+-- * BenchmarkRoundCost/Result256KiB (results of 256 KiB): MariaDB 2,440 and 2,230 µs per job
+--   with the result's check, 1,665 and 1,555 µs without it.
+-- The cost grows with the JSON's size; for no-op jobs it is within noise.
+--
+-- The audit rows' and lease metadata's checks stay: audit rows are never updated, and lease
+-- metadata is small. SQLite runs a CHECK on UPDATE only when a column it names changes, so
+-- its mirror keeps both checks (sqlite/007).
 --
 -- On MariaDB 10.11, dropping a CHECK constraint changes only metadata; the table is not copied.
-ALTER TABLE orchestrator_jobs DROP CONSTRAINT chk_jobs_payload_json;
+ALTER TABLE orchestrator_jobs DROP CONSTRAINT chk_jobs_payload_json, DROP CONSTRAINT chk_jobs_result_json;

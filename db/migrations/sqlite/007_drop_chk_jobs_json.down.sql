@@ -1,2 +1,2 @@
--- The SQLite mirror of mysql/007_drop_chk_jobs_payload_json.down.sql: nothing was changed.
+-- The SQLite mirror of mysql/007_drop_chk_jobs_json.down.sql: nothing was changed.
 SELECT 1;
