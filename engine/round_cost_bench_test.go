@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -45,9 +44,8 @@ func BenchmarkRoundCost(b *testing.B) {
 			st, eng := benchEngine(b, nil)
 			ctx := context.Background()
 			ids := insertRoundJobs(b, st, b.N*tc.batch, tc.payload)
-			serverPID, clientPID := testenv.MySQLServerPID(b), os.Getpid()
+			cpu := testenv.StartCPUMeter(b)
 			b.ResetTimer()
-			server0, client0 := testenv.ProcessCPU(serverPID), testenv.ProcessCPU(clientPID)
 			var results []engine.Result
 			for batch := range slices.Chunk(ids, tc.batch) {
 				items := make([]engine.ClaimItem, len(batch))
@@ -70,10 +68,7 @@ func BenchmarkRoundCost(b *testing.B) {
 			b.StopTimer()
 			jobs := float64(len(ids))
 			b.ReportMetric(jobs/b.Elapsed().Seconds(), "jobs/s")
-			if server0 >= 0 {
-				b.ReportMetric((testenv.ProcessCPU(serverPID)-server0).Seconds()*1e6/jobs, "server_us/job")
-			}
-			b.ReportMetric((testenv.ProcessCPU(clientPID)-client0).Seconds()*1e6/jobs, "client_us/job")
+			cpu.Report(b, jobs)
 		})
 	}
 }

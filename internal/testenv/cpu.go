@@ -59,3 +59,26 @@ func ProcessCPU(pid int) time.Duration {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
+
+// CPUMeter reads what the test MariaDB server (when it runs on this host) and this process
+// spend in CPU over a benchmark's timed part, for its server_us/job and client_us/job.
+type CPUMeter struct {
+	serverPID        int
+	server0, client0 time.Duration
+}
+
+// StartCPUMeter reads both processes' CPU time so far.
+func StartCPUMeter(tb testing.TB) *CPUMeter {
+	tb.Helper()
+	pid := MySQLServerPID(tb)
+	return &CPUMeter{serverPID: pid, server0: ProcessCPU(pid), client0: ProcessCPU(os.Getpid())}
+}
+
+// Report adds the CPU spent since StartCPUMeter per job: server_us/job when the server's CPU
+// can be read here, and client_us/job.
+func (m *CPUMeter) Report(b *testing.B, jobs float64) {
+	if m.server0 >= 0 {
+		b.ReportMetric((ProcessCPU(m.serverPID)-m.server0).Seconds()*1e6/jobs, "server_us/job")
+	}
+	b.ReportMetric((ProcessCPU(os.Getpid())-m.client0).Seconds()*1e6/jobs, "client_us/job")
+}

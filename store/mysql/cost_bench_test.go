@@ -22,7 +22,6 @@ import (
 // Run: go test -run '^$' -bench BenchmarkSubmitCost -benchtime 4000x ./store/mysql/
 func BenchmarkSubmitCost(b *testing.B) {
 	s, _ := setup(b, mysql.Options{MaxOpenConns: 8, MaxIdleConns: 8})
-	serverPID, clientPID := testenv.MySQLServerPID(b), os.Getpid()
 	var seq atomic.Int64
 	for _, tc := range []struct {
 		name  string
@@ -31,7 +30,7 @@ func BenchmarkSubmitCost(b *testing.B) {
 	}{{"Autocommit", 1, false}, {"Tx1", 1, true}, {"Tx4", 4, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetParallelism(4) // 8 goroutines on 2 CPUs
-			server0, client0 := testenv.ProcessCPU(serverPID), testenv.ProcessCPU(clientPID)
+			cpu := testenv.StartCPUMeter(b)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -44,10 +43,7 @@ func BenchmarkSubmitCost(b *testing.B) {
 			b.StopTimer()
 			jobs := float64(b.N * tc.batch)
 			b.ReportMetric(jobs/b.Elapsed().Seconds(), "jobs/s")
-			if server0 >= 0 {
-				b.ReportMetric((testenv.ProcessCPU(serverPID)-server0).Seconds()*1e6/jobs, "server_us/job")
-			}
-			b.ReportMetric((testenv.ProcessCPU(clientPID)-client0).Seconds()*1e6/jobs, "client_us/job")
+			cpu.Report(b, jobs)
 		})
 	}
 }
