@@ -178,12 +178,7 @@ func (r *runner) leases(ctx context.Context) *ScenarioResult {
 		defer cancel()
 		after, err := scrapeSamples(mctx, r.hc, r.st.info.APIURL, metricHTTPDuration)
 		scrapeErr = err
-		res.ServerMS = map[string]*ServerLatency{}
-		for name, route := range map[string]string{"grant": "/leases", "release": "/leases/:token/release"} {
-			if s := serverLatency(routeHistogram(after, route).sub(routeHistogram(before, route))); s != nil {
-				res.ServerMS[name] = s
-			}
-		}
+		res.ServerMS = routeLatencies(before, after, map[string]string{"grant": "/leases", "release": "/leases/:token/release"})
 	}
 	if scrapeErr != nil {
 		res.Notes = append(res.Notes, "no server-side figures: "+scrapeErr.Error())

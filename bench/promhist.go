@@ -280,6 +280,18 @@ func serverLatency(h histogram) *ServerLatency {
 	}
 }
 
+// routeLatencies is the orchestrator's own time of each route of routes (name → route template)
+// between two scrapes; a route without requests between them is left out.
+func routeLatencies(before, after []sample, routes map[string]string) map[string]*ServerLatency {
+	out := map[string]*ServerLatency{}
+	for name, route := range routes {
+		if s := serverLatency(routeHistogram(after, route).sub(routeHistogram(before, route))); s != nil {
+			out[name] = s
+		}
+	}
+	return out
+}
+
 // routeHistogram is the request-duration histogram of one route template ("/jobs/submit").
 func routeHistogram(samples []sample, route string) histogram {
 	return histogramOf(samples, metricHTTPDuration, map[string]string{"route": route})

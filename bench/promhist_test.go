@@ -141,6 +141,16 @@ func TestHistogram(t *testing.T) {
 		require.InDelta(t, 0.016, s.sum, 1e-12)
 	})
 
+	t.Run("RouteLatencies", func(t *testing.T) {
+		t.Parallel()
+		before := exposition(t, 100, 150, 160, 160, 1.0, 0, 0)
+		after := exposition(t, 110, 180, 200, 200, 1.3, 0, 0)
+		got := routeLatencies(before, after, map[string]string{"submit": "/jobs/submit", "claim": "/internal/jobs/claim"})
+		require.Equal(t, map[string]*ServerLatency{"submit": {Count: 40, Mean: 7.5, P50: 7.5, P90: 19, P99: 24.4}}, got,
+			"the requests between the scrapes only; a route without any is left out")
+		require.Empty(t, routeLatencies(after, after, map[string]string{"submit": "/jobs/submit"}))
+	})
+
 	t.Run("ServerLatency", func(t *testing.T) {
 		t.Parallel()
 		require.Nil(t, serverLatency(histogram{}))

@@ -180,6 +180,7 @@ func (r *runner) streaming(ctx context.Context, ids idSpace) *ScenarioResult {
 		return res
 	}
 	progress("streaming: submitting %d jobs with %d producers (workers running)", r.o.n, r.o.producers)
+	before := r.scrapeDurations(ctx, res)
 	ls := r.closedLoop(ctx, "streaming", ids, r.o.n, r.o.producers)
 	r.fillSubmit(res, ls)
 	wallEnd, err := r.waitDone(ctx, "streaming", ids, int(ls.accepted.Load()))
@@ -188,6 +189,7 @@ func (r *runner) streaming(ctx context.Context, ids idSpace) *ScenarioResult {
 	}
 	r.measure(ctx, res, ids, false, ls.start, wallEnd)
 	r.latencies(ctx, res, ids)
+	r.jobRouteTimes(ctx, res, before)
 	return res
 }
 
@@ -201,6 +203,7 @@ func (r *runner) latency(ctx context.Context, ids idSpace) *ScenarioResult {
 	}
 	total := pacerTotal(r.o.rate, r.o.duration)
 	progress("latency: offering %.0f submits/s for %s (%d jobs, open loop, workers running)", r.o.rate, r.o.duration, total)
+	before := r.scrapeDurations(ctx, res)
 	ls := newLoadStats(total, true)
 	stop := ticker(time.Second, func() { progress("latency: submitted %d/%d", ls.sent(), total) })
 	r.sub.openLoop(ctx, ls, ids, r.o.rate, r.o.maxInflight)
@@ -214,7 +217,39 @@ func (r *runner) latency(ctx context.Context, ids idSpace) *ScenarioResult {
 	}
 	r.measure(ctx, res, ids, false, ls.start, wallEnd)
 	r.latencies(ctx, res, ids)
+	r.jobRouteTimes(ctx, res, before)
 	return res
+}
+
+// jobRoutes are the routes of a job's way from its submit to its result, by their name in
+// server_ms.
+var jobRoutes = map[string]string{"submit": "/jobs/submit", "claim": "/internal/jobs/claim", "complete": "/internal/jobs/complete"}
+
+// scrapeDurations reads the orchestrator's request durations at a scenario's start; nil, with
+// a note in res, when that fails (the scenario then has no server_ms).
+func (r *runner) scrapeDurations(ctx context.Context, res *ScenarioResult) []sample {
+	s, err := scrapeSamples(ctx, r.hc, r.st.info.APIURL, metricHTTPDuration)
+	if err != nil {
+		res.Notes = append(res.Notes, "no server-side figures: "+err.Error())
+		return nil
+	}
+	return s
+}
+
+// jobRouteTimes fills res.ServerMS with the orchestrator's own time of the job routes since
+// before (scrapeDurations'), which splits a job's latency into its submit and its claim.
+func (r *runner) jobRouteTimes(ctx context.Context, res *ScenarioResult, before []sample) {
+	if before == nil {
+		return
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), measureTimeout)
+	defer cancel()
+	after, err := scrapeSamples(mctx, r.hc, r.st.info.APIURL, metricHTTPDuration)
+	if err != nil {
+		res.Notes = append(res.Notes, "no server-side figures: "+err.Error())
+		return
+	}
+	res.ServerMS = routeLatencies(before, after, jobRoutes)
 }
 
 // closedLoop runs a closed-loop submit phase with a progress line every second.
