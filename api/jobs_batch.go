@@ -24,6 +24,9 @@ const (
 	// (max_payload_bytes plus its envelope) would be gigabytes; each job's payload is still held
 	// to max_payload_bytes.
 	SubmitBatchMaxBytes = 32 << 20
+	// batchSlotWait is how long a batch waits for its turn (config.SubmitBatchConcurrency)
+	// before it is answered 503 with a Retry-After: the server is busy with other batches.
+	batchSlotWait = 10 * time.Second
 )
 
 // submitBatchBody is the body of POST /jobs/submit_batch. The jobs stay raw until each is
@@ -52,6 +55,12 @@ type batchJob struct {
 // more than SubmitBatchMax jobs; then nothing is admitted or written.
 func (s *Server) submitBatch(c *gin.Context) {
 	id := mustIdentity(c)
+	release, err := s.batchTurn(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	defer release()
 	var body submitBatchBody
 	if err := decodeJSON(c, s.submitBatchLimit(), &body); err != nil {
 		s.writeError(c, err)
@@ -78,6 +87,31 @@ func (s *Server) submitBatch(c *gin.Context) {
 	s.admitBatch(c, jobs)
 	s.submitAdmitted(c, jobs)
 	c.JSON(http.StatusOK, s.batchResponse(c, jobs))
+}
+
+// batchTurn waits until fewer than config.SubmitBatchConcurrency batches are being worked
+// on, before the body is read: the batches beyond stay in their connections, not in memory.
+// It returns the release of the turn; an error when the wait passed s.batchWait (a 503 with
+// Retry-After) or the client went away.
+func (s *Server) batchTurn(c *gin.Context) (release func(), err error) {
+	release = func() { <-s.batchSlots }
+	select {
+	case s.batchSlots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	t := time.NewTimer(s.batchWait)
+	defer t.Stop()
+	select {
+	case s.batchSlots <- struct{}{}:
+		return release, nil
+	case <-c.Request.Context().Done():
+		return nil, c.Request.Context().Err()
+	case <-t.C:
+		setRetryAfter(c, time.Second)
+		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: fmt.Sprintf("%d batch submits are in progress and this one waited %s for its turn; retry later", cap(s.batchSlots), s.batchWait)}
+	}
 }
 
 // admitBatch runs admission control on every checked job of a batch, in order. A refusal is

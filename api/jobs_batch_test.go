@@ -1,18 +1,23 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
 )
@@ -428,4 +433,68 @@ func TestSubmitBatchMaxPending(t *testing.T) {
 	require.Zero(t, resp.Created)
 	require.Equal(t, 5, resp.Failed)
 	require.Len(t, b.allJobs(t, "bob"), 3)
+}
+
+// readWatch is a request body that records whether the handler began to read it.
+type readWatch struct {
+	r    io.Reader
+	read atomic.Bool
+}
+
+func (w *readWatch) Read(p []byte) (int, error) {
+	w.read.Store(true)
+	return w.r.Read(p)
+}
+
+// TestSubmitBatchTurns: past submit_batch_concurrency batches in progress, a batch waits for
+// a turn before its body is read, and is refused with a 503 and Retry-After when the wait is
+// too long.
+func TestSubmitBatchTurns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	slots := b.srv.batchSlots
+	require.Equal(t, config.SubmitBatchConcurrencyDefault, cap(slots))
+	for range cap(slots) {
+		slots <- struct{}{} // every turn taken, as by batches in progress
+	}
+	post := func(agent string) (*readWatch, *http.Request) {
+		raw, err := json.Marshal(batchOf(3, agent, agent))
+		require.NoError(t, err)
+		body := &readWatch{r: bytes.NewReader(raw)}
+		req := httptest.NewRequest(http.MethodPost, "/jobs/submit_batch", body)
+		req.Header.Set("Authorization", "Bearer "+b.tokens["admin"])
+		req.Header.Set("Content-Type", "application/json")
+		return body, req
+	}
+
+	body, req := post("waits")
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		b.srv.Handler().ServeHTTP(rec, req)
+		done <- rec
+	}()
+	require.Never(t, body.read.Load, 300*time.Millisecond, 10*time.Millisecond, "a batch without a turn is not read")
+	<-slots // a batch in progress ends
+	var rec *httptest.ResponseRecorder
+	select {
+	case rec = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting batch did not take the freed turn")
+	}
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, 3, decode[client.SubmitBatchResponse](t, rec).Created)
+	require.Len(t, slots, cap(slots)-1, "the batch gave its turn back")
+
+	slots <- struct{}{}
+	b.srv.batchWait = 50 * time.Millisecond
+	body, req = post("late")
+	rec = httptest.NewRecorder()
+	b.srv.Handler().ServeHTTP(rec, req)
+	d := requireError(t, rec, http.StatusServiceUnavailable, CodeUnavailable, "")
+	require.Contains(t, d.Message, "batch submits are in progress")
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+	require.False(t, body.read.Load(), "a refused batch is not read")
+	require.Zero(t, b.countJobs(t, "late"))
+	require.Len(t, slots, cap(slots), "a refused batch holds no turn")
 }

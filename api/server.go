@@ -81,6 +81,10 @@ type Server struct {
 	admission *admission.Controller
 	pools     *pools.Service
 	handler   *gin.Engine
+	// batchSlots holds a token per POST /jobs/submit_batch being read or worked on
+	// (config.SubmitBatchConcurrency); a batch waits at most batchWait for one.
+	batchSlots chan struct{}
+	batchWait  time.Duration
 }
 
 var releaseMode sync.Once
@@ -107,6 +111,11 @@ func New(opts Options) *Server {
 	if s.engine != nil {
 		s.leases = s.engine.Leases()
 	}
+	slots := config.SubmitBatchConcurrencyDefault
+	if s.cfg != nil && s.cfg.SubmitBatchConcurrency > 0 {
+		slots = s.cfg.SubmitBatchConcurrency
+	}
+	s.batchSlots, s.batchWait = make(chan struct{}, slots), batchSlotWait
 	if s.ready == nil {
 		s.ready = s.checkDependencies
 	}

@@ -42,6 +42,9 @@ const (
 	WorkerBlockDefault        = 2 * time.Second
 	ExecMaxOutputBytesDefault = 1 << 20
 	HTTPHandlerTimeoutDefault = 5 * time.Minute
+	// SubmitBatchConcurrencyDefault: two batches keep the engine's two submit committers busy
+	// (one decodes while the other commits); more only queue there, holding their memory.
+	SubmitBatchConcurrencyDefault = 2
 	// LeaseTTLDefault is how long a lease lives without a heartbeat; workers renew every third.
 	LeaseTTLDefault = 30 * time.Second
 	// LeaseSafetyMarginMBDefault is the GPU memory never handed out, for the CUDA context,
@@ -106,6 +109,11 @@ type Config struct {
 	TokensFile string `yaml:"tokens_file"`
 	// MaxPayloadBytes caps a job payload (ORCH_MAX_PAYLOAD_BYTES).
 	MaxPayloadBytes int64 `yaml:"max_payload_bytes"`
+	// SubmitBatchConcurrency is how many POST /jobs/submit_batch requests an orchestrator
+	// reads and works on at once (ORCH_SUBMIT_BATCH_CONCURRENCY); the others wait for a turn
+	// before their body is read. A batch holds up to 32 MiB of body and several times that
+	// once decoded, so this bounds the memory of bulk ingest.
+	SubmitBatchConcurrency int `yaml:"submit_batch_concurrency"`
 	// ClaimIdle is how long a stream entry may stay unacknowledged before the reclaimer looks at
 	// it (ORCH_CLAIM_IDLE_MS).
 	ClaimIdle time.Duration `yaml:"claim_idle"`
@@ -344,6 +352,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	}{
 		{"ORCH_CLAIM_IDLE_MS", func(n int64) { c.ClaimIdle = time.Duration(n) * time.Millisecond }},
 		{"ORCH_MAX_PAYLOAD_BYTES", func(n int64) { c.MaxPayloadBytes = n }},
+		{"ORCH_SUBMIT_BATCH_CONCURRENCY", func(n int64) { c.SubmitBatchConcurrency = int(n) }},
 		{"ORCH_WORKER_CONCURRENCY", func(n int64) { c.Worker.Concurrency = int(n) }},
 		{"ORCH_LEASE_TTL_MS", func(n int64) { c.Leases.TTL = time.Duration(n) * time.Millisecond }},
 	}
@@ -381,6 +390,7 @@ func (c *Config) fillDefaults() {
 		c.NodeID, _ = os.Hostname()
 	}
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
+	c.SubmitBatchConcurrency = cmp.Or(c.SubmitBatchConcurrency, SubmitBatchConcurrencyDefault)
 	c.ClaimIdle = cmp.Or(c.ClaimIdle, ClaimIdleDefault)
 	c.DispatchInterval = cmp.Or(c.DispatchInterval, DispatchIntervalDefault)
 	c.DispatchBatch = cmp.Or(c.DispatchBatch, DispatchBatchDefault)
@@ -447,6 +457,9 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("config: "+format, args...)) }
 	if c.MaxPayloadBytes <= 0 {
 		bad("max_payload_bytes must be positive")
+	}
+	if c.SubmitBatchConcurrency < 1 || c.SubmitBatchConcurrency > 1024 {
+		bad("submit_batch_concurrency must be in 1..1024, not %d", c.SubmitBatchConcurrency)
 	}
 	if c.DispatchBatch <= 0 || c.DispatchBatch > 10000 {
 		bad("dispatch_batch must be in 1..10000")
