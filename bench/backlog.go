@@ -68,6 +68,10 @@ type BacklogProbe struct {
 	// process_resident_memory_bytes of two scrapes of GET /metrics (at the end of the probe and
 	// after probeSettle).
 	OrchestratorRSSMiB float64 `json:"orchestrator_rss_mib,omitempty"`
+	// OrchestratorAnonMiB is the highest RssAnon over the same samples (own stack only): the
+	// RSS less the pages of the binary, which are the same in every probe of a run but not
+	// from one run to the next.
+	OrchestratorAnonMiB float64 `json:"orchestrator_rss_anon_mib,omitempty"`
 	// OrchestratorHeapMiB is the higher go_memstats_heap_inuse_bytes of those two scrapes: the
 	// Go heap, without the memory the runtime has not returned to the system yet.
 	OrchestratorHeapMiB float64 `json:"orchestrator_heap_inuse_mib,omitempty"`
@@ -158,7 +162,8 @@ func (r *runner) backlog(ctx context.Context, ids idSpace) *ScenarioResult {
 		}
 	}
 	b.summarizeFills()
-	res.RSSRatio, res.HeapRatio, res.SubmitRatio, res.GoalMet = backlogRatios(res.Probes)
+	f := backlogRatios(res.Probes)
+	res.RSSRatio, res.RSSAnonRatio, res.HeapRatio, res.SubmitRatio, res.GoalMet = f.rss, f.anon, f.heap, f.submit, f.goalMet
 	return res
 }
 
@@ -313,7 +318,8 @@ func (b *backlogRun) probe(ctx context.Context, name string, target int, ids idS
 	scrape()
 	p.OrchestratorHeapMiB = mib(int64(heap))
 	if rss != nil {
-		p.OrchestratorRSSMiB = mib(rss.done())
+		peak, anon := rss.done()
+		p.OrchestratorRSSMiB, p.OrchestratorAnonMiB = mib(peak), mib(anon)
 	} else {
 		p.OrchestratorRSSMiB = mib(int64(rssMetric))
 	}
@@ -325,20 +331,29 @@ func (b *backlogRun) probe(ctx context.Context, name string, target int, ids idS
 // backlogRatios returns the goal's ratios of the probes: RSS and heap at "full" over "base",
 // the submit rate at "full" over "empty" (0 when a probe is missing or measured nothing), and
 // whether the goal was met (nil when a ratio is missing).
-func backlogRatios(probes []BacklogProbe) (rss, heap, submit float64, goalMet *bool) {
+func backlogRatios(probes []BacklogProbe) backlogFigures {
 	byName := map[string]BacklogProbe{}
 	for _, p := range probes {
 		byName[p.Name] = p
 	}
 	empty, base, full := byName["empty"], byName["base"], byName["full"]
-	rss = ratio(full.OrchestratorRSSMiB, base.OrchestratorRSSMiB)
-	heap = ratio(full.OrchestratorHeapMiB, base.OrchestratorHeapMiB)
-	submit = ratio(full.SubmitPerSec, empty.SubmitPerSec)
-	if rss > 0 && submit > 0 {
-		met := rss <= 1+backlogGoalTolerance && submit >= 1-backlogGoalTolerance
-		goalMet = &met
+	f := backlogFigures{
+		rss:    ratio(full.OrchestratorRSSMiB, base.OrchestratorRSSMiB),
+		anon:   ratio(full.OrchestratorAnonMiB, base.OrchestratorAnonMiB),
+		heap:   ratio(full.OrchestratorHeapMiB, base.OrchestratorHeapMiB),
+		submit: ratio(full.SubmitPerSec, empty.SubmitPerSec),
 	}
-	return rss, heap, submit, goalMet
+	if f.rss > 0 && f.submit > 0 {
+		met := f.rss <= 1+backlogGoalTolerance && f.submit >= 1-backlogGoalTolerance
+		f.goalMet = &met
+	}
+	return f
+}
+
+// backlogFigures are the ratios of the backlog scenario (ScenarioResult.RSSRatio & co.).
+type backlogFigures struct {
+	rss, anon, heap, submit float64
+	goalMet                 *bool
 }
 
 // ratio returns num/den with three decimals, 0 when either is not positive.
@@ -366,12 +381,12 @@ func mergeCounts(dst *map[string]int, src map[string]int) {
 func backlogLine(res *ScenarioResult) string {
 	s := ""
 	for _, p := range res.Probes {
-		s += fmt.Sprintf("; %s (%d pending) %.0f submits/s, RSS %.1f MiB", p.Name, p.Backlog, p.SubmitPerSec, p.OrchestratorRSSMiB)
+		s += fmt.Sprintf("; %s (%d pending) %.0f submits/s, RSS %.1f MiB (anon %.1f)", p.Name, p.Backlog, p.SubmitPerSec, p.OrchestratorRSSMiB, p.OrchestratorAnonMiB)
 	}
 	goal := "n/a"
 	if res.GoalMet != nil {
 		goal = fmt.Sprint(*res.GoalMet)
 	}
-	return fmt.Sprintf("fill %.0f jobs/s%s; rss_ratio %.3f, submit_ratio %.3f, goal met: %s",
-		res.FillPerSec, s, res.RSSRatio, res.SubmitRatio, goal)
+	return fmt.Sprintf("fill %.0f jobs/s%s; rss_ratio %.3f (anon %.3f), submit_ratio %.3f, goal met: %s",
+		res.FillPerSec, s, res.RSSRatio, res.RSSAnonRatio, res.SubmitRatio, goal)
 }

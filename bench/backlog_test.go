@@ -58,45 +58,43 @@ func TestLastScenario(t *testing.T) {
 func TestBacklogRatios(t *testing.T) {
 	t.Parallel()
 	probe := func(name string, rate, rss, heap float64) BacklogProbe {
-		return BacklogProbe{Name: name, SubmitPerSec: rate, OrchestratorRSSMiB: rss, OrchestratorHeapMiB: heap}
+		return BacklogProbe{Name: name, SubmitPerSec: rate, OrchestratorRSSMiB: rss, OrchestratorAnonMiB: rss - 30, OrchestratorHeapMiB: heap}
 	}
 
 	t.Run("GoalMet", func(t *testing.T) {
 		t.Parallel()
-		rss, heap, submit, met := backlogRatios([]BacklogProbe{
+		f := backlogRatios([]BacklogProbe{
 			probe("empty", 2000, 40, 8), probe("base", 1900, 50, 10), probe("full", 1700, 58, 11),
 		})
-		require.Equal(t, 1.16, rss, "full over base, not over empty")
-		require.Equal(t, 1.1, heap)
-		require.Equal(t, 0.85, submit, "full over empty, not over base")
-		require.NotNil(t, met)
-		require.True(t, *met)
+		require.Equal(t, 1.16, f.rss, "full over base, not over empty")
+		require.Equal(t, 1.4, f.anon, "the same less the binary's pages (30 MiB here)")
+		require.Equal(t, 1.1, f.heap)
+		require.Equal(t, 0.85, f.submit, "full over empty, not over base")
+		require.NotNil(t, f.goalMet)
+		require.True(t, *f.goalMet, "judged on the RSS")
 	})
 
 	t.Run("GoalMissed", func(t *testing.T) {
 		t.Parallel()
 		for _, full := range []BacklogProbe{probe("full", 1700, 61, 0), probe("full", 1500, 50, 0)} {
-			_, _, _, met := backlogRatios([]BacklogProbe{probe("empty", 2000, 40, 0), probe("base", 2000, 50, 0), full})
-			require.NotNil(t, met)
-			require.False(t, *met, "%+v", full)
+			f := backlogRatios([]BacklogProbe{probe("empty", 2000, 40, 0), probe("base", 2000, 50, 0), full})
+			require.NotNil(t, f.goalMet)
+			require.False(t, *f.goalMet, "%+v", full)
 		}
 	})
 
 	t.Run("Bounds", func(t *testing.T) {
 		t.Parallel()
 		// Exactly 20% either way still meets the goal.
-		_, _, _, met := backlogRatios([]BacklogProbe{probe("empty", 1000, 1, 0), probe("base", 0, 50, 0), probe("full", 800, 60, 0)})
-		require.True(t, *met)
+		f := backlogRatios([]BacklogProbe{probe("empty", 1000, 1, 0), probe("base", 0, 50, 0), probe("full", 800, 60, 0)})
+		require.True(t, *f.goalMet)
 	})
 
 	t.Run("Missing", func(t *testing.T) {
 		t.Parallel()
 		// The run stopped before the full probe: no ratio, no verdict.
-		rss, heap, submit, met := backlogRatios([]BacklogProbe{probe("empty", 2000, 40, 8), probe("base", 1900, 50, 10)})
-		require.Zero(t, rss)
-		require.Zero(t, heap)
-		require.Zero(t, submit)
-		require.Nil(t, met)
+		f := backlogRatios([]BacklogProbe{probe("empty", 2000, 40, 8), probe("base", 1900, 50, 10)})
+		require.Equal(t, backlogFigures{}, f)
 	})
 }
 
@@ -109,6 +107,9 @@ func TestParseVmRSS(t *testing.T) {
 	require.Equal(t, 44.25, mib(n))
 	_, ok = parseVmRSS("Name:\tkthreadd\n")
 	require.False(t, ok, "a kernel thread has no VmRSS")
+	n, ok = statusKB(status, "RssAnon")
+	require.True(t, ok)
+	require.Equal(t, int64(30000*1024), n)
 }
 
 func TestParseMetrics(t *testing.T) {

@@ -26,11 +26,14 @@ func procRSS(pid int) (int64, bool) {
 }
 
 // parseVmRSS reads the VmRSS line ("VmRSS:	  123456 kB") of a /proc/<pid>/status text.
-func parseVmRSS(status string) (int64, bool) {
+func parseVmRSS(status string) (int64, bool) { return statusKB(status, "VmRSS") }
+
+// statusKB reads the line key ("RssAnon:	  123456 kB") of a /proc/<pid>/status text, in bytes.
+func statusKB(status, key string) (int64, bool) {
 	sc := bufio.NewScanner(strings.NewReader(status))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || k != "VmRSS" {
+		if !ok || k != key {
 			continue
 		}
 		f := strings.Fields(v)
@@ -48,9 +51,12 @@ func parseVmRSS(status string) (int64, bool) {
 
 // rssSampler keeps the highest RSS of one process, read from /proc every interval. The peak of
 // a steady load is a steadier figure than one read, which may fall just before or after a GC.
+// peakAnon is the highest RssAnon: the RSS less the pages of the binary and other files, which
+// are the same whatever the process does, but differ by up to 17 MiB from one start to the next
+// (the kernel maps more or fewer of the page cache's pages of the binary on each fault).
 type rssSampler struct {
-	peak int64
-	stop func()
+	peak, peakAnon int64
+	stop           func()
 }
 
 // rssSettled waits at least five seconds, then, up to limit, until pid's RSS has not fallen by
@@ -93,8 +99,12 @@ const rssSampleInterval = 250 * time.Millisecond
 func startRSSSampler(pid int) *rssSampler {
 	s := &rssSampler{}
 	read := func() {
-		if v, ok := procRSS(pid); ok {
+		status := readSmall("/proc/" + strconv.Itoa(pid) + "/status")
+		if v, ok := parseVmRSS(status); ok {
 			s.peak = max(s.peak, v)
+		}
+		if v, ok := statusKB(status, "RssAnon"); ok {
+			s.peakAnon = max(s.peakAnon, v)
 		}
 	}
 	read()
@@ -102,10 +112,11 @@ func startRSSSampler(pid int) *rssSampler {
 	return s
 }
 
-// done stops the sampling and returns the peak in bytes (0 when nothing could be read).
-func (s *rssSampler) done() int64 {
+// done stops the sampling and returns the peaks of the RSS and of its anonymous part in bytes
+// (0 when nothing could be read).
+func (s *rssSampler) done() (rss, anon int64) {
 	s.stop()
-	return s.peak
+	return s.peak, s.peakAnon
 }
 
 // Prometheus series of the orchestrator's GET /metrics that the backlog scenario reads: the
