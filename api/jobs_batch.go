@@ -27,6 +27,9 @@ const (
 	// batchSlotWait is how long a batch waits for its turn (config.SubmitBatchConcurrency)
 	// before it is answered 503 with a Retry-After: the server is busy with other batches.
 	batchSlotWait = 10 * time.Second
+	// batchIdleReturn is how long after the last batch ended the memory of the burst is given
+	// back to the system (afterBatch).
+	batchIdleReturn = 2 * time.Second
 )
 
 // submitBatchBody is the body of POST /jobs/submit_batch. The jobs stay raw until each is
@@ -94,7 +97,10 @@ func (s *Server) submitBatch(c *gin.Context) {
 // It returns the release of the turn; an error when the wait passed s.batchWait (a 503 with
 // Retry-After) or the client went away.
 func (s *Server) batchTurn(c *gin.Context) (release func(), err error) {
-	release = func() { <-s.batchSlots }
+	release = func() {
+		<-s.batchSlots
+		s.afterBatch()
+	}
 	select {
 	case s.batchSlots <- struct{}{}:
 		return release, nil
@@ -112,6 +118,23 @@ func (s *Server) batchTurn(c *gin.Context) (release func(), err error) {
 		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: fmt.Sprintf("%d batch submits are in progress and this one waited %s for its turn; retry later", cap(s.batchSlots), s.batchWait)}
 	}
+}
+
+// afterBatch gives the memory of a burst of batches back to the system once no batch has run
+// for s.batchIdle. A batch of 1,000 jobs allocates about 10 MB; after a bulk fill the Go
+// runtime keeps the heap it grew to until later collections shrink its goal, which on an
+// idle orchestrator can take minutes. A forced collection of the small heap left costs a few
+// milliseconds once per burst.
+func (s *Server) afterBatch() {
+	end := s.batchEnds.Add(1)
+	time.AfterFunc(s.batchIdle, func() {
+		if s.batchEnds.Load() != end || len(s.batchSlots) > 0 {
+			return // another batch ran since, or runs now: the last one to end returns it
+		}
+		start := time.Now()
+		s.freeMemory()
+		s.log.Debug("returned the memory of a burst of batch submits to the system", "took", time.Since(start))
+	})
 }
 
 // admitBatch runs admission control on every checked job of a batch, in order. A refusal is

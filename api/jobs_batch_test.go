@@ -498,3 +498,25 @@ func TestSubmitBatchTurns(t *testing.T) {
 	require.Zero(t, b.countJobs(t, "late"))
 	require.Len(t, slots, cap(slots), "a refused batch holds no turn")
 }
+
+// TestSubmitBatchReturnsMemory: once no batch has run for batchIdle, the memory of the burst
+// is given back to the system, once per burst, and not while a batch is in progress.
+func TestSubmitBatchReturnsMemory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var freed atomic.Int32
+	b.srv.batchIdle, b.srv.freeMemory = 100*time.Millisecond, func() { freed.Add(1) }
+
+	b.submitBatch(t, "admin", batchOf(2, "mem-a", "mem"), 2)
+	b.submitBatch(t, "admin", batchOf(2, "mem-b", "mem"), 2)
+	require.Eventually(t, func() bool { return freed.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Never(t, func() bool { return freed.Load() > 1 }, 300*time.Millisecond, 20*time.Millisecond, "once per burst")
+
+	b.srv.batchSlots <- struct{}{} // a batch in progress
+	b.srv.afterBatch()             // as another one ends
+	require.Never(t, func() bool { return freed.Load() > 1 }, 300*time.Millisecond, 20*time.Millisecond,
+		"nothing is returned while a batch is in progress")
+	<-b.srv.batchSlots
+	b.srv.afterBatch() // it ends too
+	require.Eventually(t, func() bool { return freed.Load() == 2 }, 5*time.Second, 10*time.Millisecond)
+}

@@ -85,6 +85,11 @@ type Server struct {
 	// (config.SubmitBatchConcurrency); a batch waits at most batchWait for one.
 	batchSlots chan struct{}
 	batchWait  time.Duration
+	// batchEnds counts the batches that ended; once none has run for batchIdle, freeMemory
+	// returns the burst's memory to the system (afterBatch).
+	batchEnds  atomic.Uint64
+	batchIdle  time.Duration
+	freeMemory func()
 }
 
 var releaseMode sync.Once
@@ -116,6 +121,7 @@ func New(opts Options) *Server {
 		slots = s.cfg.SubmitBatchConcurrency
 	}
 	s.batchSlots, s.batchWait = make(chan struct{}, slots), batchSlotWait
+	s.batchIdle, s.freeMemory = batchIdleReturn, debug.FreeOSMemory
 	if s.ready == nil {
 		s.ready = s.checkDependencies
 	}
