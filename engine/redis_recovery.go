@@ -14,6 +14,10 @@ import (
 // recoveryBatch is how many jobs one page of the re-publication walks.
 const recoveryBatch = 500
 
+// recoveryScanMax bounds the stream entries a recovery reads per page of jobs to find those
+// that their submits published (withoutSubmitted): PublishGrace of submits at a high rate.
+const recoveryScanMax = 200_000
+
 // Reasons RecoverRedis gives for a recovery.
 const (
 	RecoveryMarkerMissing = "marker_missing" // FLUSHALL, keys deleted, restart without persistence, first start
@@ -148,6 +152,9 @@ func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job,
 	if err != nil {
 		return err
 	}
+	if jobs, err = e.withoutSubmitted(ctx, jobs, now, res); err != nil {
+		return err
+	}
 	var (
 		due, live []store.Job
 		clear     []string
@@ -207,6 +214,70 @@ func (e *Engine) withoutEntries(ctx context.Context, jobs []store.Job, now time.
 		out = append(out, j)
 	}
 	return out, nil
+}
+
+// withoutSubmitted drops the jobs that their submits are still publishing and that have their
+// entry (counted in res.Present): never attempted, due, created within PublishGrace and not
+// marked enqueued yet, with an entry of theirs in the type's stream. Such a job's submit has
+// published it and its mark is on its way (markDelay); publishing it again would only add a
+// duplicate, which a recovery at a first start under load did by the hundred. One of them with
+// no entry is published: its entry may have gone with the lost data, and its mark, landing
+// later, would then hide it from the dispatcher.
+func (e *Engine) withoutSubmitted(ctx context.Context, jobs []store.Job, now time.Time, res *RecoveryResult) ([]store.Job, error) {
+	type recent struct {
+		ids    []string
+		oldest time.Time
+	}
+	byStream := map[string]*recent{}
+	for _, j := range jobs {
+		stream := e.submittingStream(j, now)
+		if stream == "" {
+			continue
+		}
+		r := byStream[stream]
+		if r == nil {
+			r = &recent{oldest: j.CreatedAt}
+			byStream[stream] = r
+		}
+		r.ids = append(r.ids, j.ID)
+		if j.CreatedAt.Before(r.oldest) {
+			r.oldest = j.CreatedAt
+		}
+	}
+	if len(byStream) == 0 {
+		return jobs, nil
+	}
+	published := map[string]bool{}
+	for stream, r := range byStream {
+		// The entry ids carry Redis's clock, the job rows this host's: start a grace early.
+		found, err := e.streams.JobsWithEntries(ctx, stream, r.oldest.Add(-PublishGrace), r.ids, recoveryScanMax)
+		if err != nil {
+			return nil, err
+		}
+		for id := range found {
+			published[id] = true
+		}
+	}
+	out := make([]store.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if published[j.ID] && e.submittingStream(j, now) != "" {
+			res.Present++
+			continue
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// submittingStream is the stream j's submit publishes it to when j may still be on its way
+// there (see withoutSubmitted); "" otherwise.
+func (e *Engine) submittingStream(j store.Job, now time.Time) string {
+	jt := e.cfg.JobType(j.Type)
+	if jt == nil || j.Status != store.JobPending || j.Enqueued || j.Attempts > 0 ||
+		j.AvailableAt.After(now) || !j.CreatedAt.After(now.Add(-PublishGrace)) {
+		return ""
+	}
+	return jt.Stream
 }
 
 // entryStream is the stream whose entry j.StreamID is j's live entry: that of a due pending

@@ -162,6 +162,40 @@ func TestRecoverRedis(t *testing.T) {
 		require.Equal(t, want, b.streamJobs(t, "noop"))
 	})
 
+	t.Run("FirstRunWhileMarksAreOnTheirWay", func(t *testing.T) {
+		// Two jobs just submitted, whose enqueued marks have not landed yet (markDelay). The
+		// first's entry is in the stream: it is not published again. The second's went with
+		// the lost data: it is, or its mark, landing later, would hide it from the dispatcher.
+		t.Parallel()
+		b := setup(t)
+		published, lost := b.submit(t, "noop"), b.submit(t, "noop")
+		lostEntry := b.reload(t, lost.ID).StreamID
+		require.NoError(t, b.store.WithTx(ctx, func(tx store.Tx) error {
+			_, err := tx.JobClearEnqueued(ctx, store.JobPending, []string{published.ID, lost.ID}, b.clock.Now())
+			return err
+		}))
+		require.NoError(t, b.streams.Redis().XDel(ctx, b.streams.StreamKey("noop"), lostEntry).Err())
+
+		rec := b.recover(t)
+		require.Equal(t, engine.RecoveryMarkerMissing, rec.Reason)
+		require.Equal(t, 1, rec.Present, "the job its submit published")
+		require.Equal(t, 1, rec.Republished, "the job whose entry is gone")
+		want := []string{published.ID, lost.ID}
+		slices.Sort(want)
+		require.Equal(t, want, b.streamJobs(t, "noop"), "one entry each")
+
+		// Past PublishGrace a job still unmarked is the dispatcher's, and a recovery publishes
+		// it whatever the stream holds. The one republished above has its mark and entry.
+		b.clock.Add(engine.PublishGrace + time.Second)
+		require.NoError(t, b.streams.SetMarker(ctx, "recovering:0123456789abcdef"))
+		rec = b.recover(t)
+		require.Equal(t, 1, rec.Republished)
+		require.Equal(t, 1, rec.Present)
+		want = append(want, published.ID)
+		slices.Sort(want)
+		require.Equal(t, want, b.streamJobs(t, "noop"))
+	})
+
 	t.Run("InterruptedRecoveryIsRedone", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -159,4 +160,50 @@ func (c *Client) SwapMarker(ctx context.Context, old, value string) (bool, error
 		return false, fmt.Errorf("swap redis marker: %w", err)
 	}
 	return n == 1, nil
+}
+
+// jobEntriesPage is how many entries one XRANGE of JobsWithEntries reads.
+const jobEntriesPage = 1000
+
+// JobsWithEntries reports which of jobIDs have an entry in stream whose id's time is at or
+// after since, reading at most maxEntries entries from there (a job not seen within them
+// reads as false). A recovery asks it of the jobs whose submit may still be publishing them.
+func (c *Client) JobsWithEntries(ctx context.Context, stream string, since time.Time, jobIDs []string, maxEntries int) (map[string]bool, error) {
+	out := make(map[string]bool, len(jobIDs))
+	want := make(map[string]bool, len(jobIDs))
+	for _, id := range jobIDs {
+		want[id] = true
+	}
+	start := strconv.FormatInt(max(since.UnixMilli(), 0), 10) + "-0"
+	for read := 0; len(want) > 0 && read < maxEntries; {
+		msgs, err := c.rdb.XRangeN(ctx, c.StreamKey(stream), start, "+", int64(min(jobEntriesPage, maxEntries-read))).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("read the entries of %s since %s: %w", stream, start, err)
+		}
+		for _, m := range msgs {
+			if id, _ := m.Values[fieldJobID].(string); want[id] {
+				out[id] = true
+				delete(want, id)
+			}
+		}
+		read += len(msgs)
+		if len(msgs) < jobEntriesPage {
+			break
+		}
+		if start, err = nextEntryID(msgs[len(msgs)-1].ID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// nextEntryID is the smallest entry id after id ("ms-seq"), the start of the next page of an
+// inclusive XRANGE (the exclusive "(" form is Redis 6.2 and later only).
+func nextEntryID(id string) (string, error) {
+	ms, seq, ok := strings.Cut(id, "-")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if !ok || err != nil {
+		return "", fmt.Errorf("stream entry id %q is not ms-seq", id)
+	}
+	return ms + "-" + strconv.FormatUint(n+1, 10), nil
 }

@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -176,4 +177,35 @@ func TestDeadLetters(t *testing.T) {
 	exists, err := sc.DeadLettersExist(ctx, []string{ids[0], ids[1], ids[2]})
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{ids[0]: true, ids[1]: false, ids[2]: true}, exists)
+}
+
+func TestJobsWithEntries(t *testing.T) {
+	t.Parallel()
+	sc, _ := setup(t)
+	ctx := context.Background()
+	// Two and a half pages, most sharing a millisecond: the pages go on by sequence number.
+	msgs := make([]streams.Message, 2500)
+	for i := range msgs {
+		msgs[i] = streams.Message{Stream: "jobs", JobID: fmt.Sprintf("j-%d", i), Type: "t"}
+	}
+	_, err := sc.Publish(ctx, msgs)
+	require.NoError(t, err)
+	since := time.Now().Add(-time.Minute)
+	want := []string{"j-5", "j-1500", "j-2499", "nope"}
+
+	found, err := sc.JobsWithEntries(ctx, "jobs", since, want, 10_000)
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"j-5": true, "j-1500": true, "j-2499": true}, found)
+
+	found, err = sc.JobsWithEntries(ctx, "jobs", since, want, 1200)
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"j-5": true}, found, "j-1500 and j-2499 lie past the first 1200 entries")
+
+	found, err = sc.JobsWithEntries(ctx, "jobs", time.Now().Add(time.Hour), want, 10_000)
+	require.NoError(t, err)
+	require.Empty(t, found, "no entry is that recent")
+
+	found, err = sc.JobsWithEntries(ctx, "none", since, want, 10_000)
+	require.NoError(t, err)
+	require.Empty(t, found, "no such stream")
 }
