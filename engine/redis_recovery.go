@@ -14,9 +14,14 @@ import (
 // recoveryBatch is how many jobs one page of the re-publication walks.
 const recoveryBatch = 500
 
-// recoveryScanMax bounds the stream entries a recovery reads per page of jobs to find those
-// that their submits published (withoutSubmitted): PublishGrace of submits at a high rate.
-const recoveryScanMax = 200_000
+// Reading the recent entries of a stream (recentEntries).
+const (
+	// recentEntriesPage is how many entries one XRANGE reads.
+	recentEntriesPage = 1000
+	// recentEntriesMax bounds the entries one recovery reads per stream: a few times
+	// PublishGrace of submits at a high rate.
+	recentEntriesMax = 200_000
+)
 
 // Reasons RecoverRedis gives for a recovery.
 const (
@@ -69,9 +74,16 @@ func (e *Engine) RecoverRedis(ctx context.Context, fence Fence) (RecoveryResult,
 			return res, fmt.Errorf("recover redis: %w", err)
 		}
 	}
+	// The jobs its submit may still be publishing were created within PublishGrace of the
+	// walk; their entries are looked for from a grace before that, for the clocks.
+	recent := map[string]*recentEntries{}
+	since := streams.EntryIDAt(e.nowUTC().Add(-2 * PublishGrace))
+	for _, name := range e.cfg.TypeNames() {
+		recent[e.cfg.JobTypes[name].Stream] = &recentEntries{next: since, jobs: map[string]bool{}}
+	}
 	for _, name := range e.cfg.TypeNames() {
 		for _, st := range []store.JobStatus{store.JobPending, store.JobClaimed, store.JobRunning, store.JobDeadLetter} {
-			if err := e.scanRecover(ctx, fence, name, st, &res); err != nil {
+			if err := e.scanRecover(ctx, fence, name, st, recent, &res); err != nil {
 				return res, fmt.Errorf("recover redis: %w", err)
 			}
 		}
@@ -116,7 +128,7 @@ func (e *Engine) detectRedisLoss(ctx context.Context) (reason, runID string, err
 }
 
 // scanRecover walks the jobs of one type and status in pages and repairs their stream state.
-func (e *Engine) scanRecover(ctx context.Context, fence Fence, typ string, st store.JobStatus, res *RecoveryResult) error {
+func (e *Engine) scanRecover(ctx context.Context, fence Fence, typ string, st store.JobStatus, recent map[string]*recentEntries, res *RecoveryResult) error {
 	after := ""
 	for {
 		jobs, err := e.store.JobScan(ctx, store.JobScanParams{Type: typ, Status: st, AfterID: after, Limit: recoveryBatch})
@@ -130,7 +142,7 @@ func (e *Engine) scanRecover(ctx context.Context, fence Fence, typ string, st st
 		if st == store.JobDeadLetter {
 			err = e.recoverDeadLetters(ctx, fence, jobs, res)
 		} else {
-			err = e.recoverLive(ctx, fence, jobs, res)
+			err = e.recoverLive(ctx, fence, jobs, recent, res)
 		}
 		if err != nil {
 			return err
@@ -146,13 +158,13 @@ func (e *Engine) scanRecover(ctx context.Context, fence Fence, typ string, st st
 // outbox flag is cleared instead, and the dispatcher publishes it when due. A claimed or
 // running job is published too: the entry a worker reads is refused and dropped, which is
 // harmless.
-func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job, res *RecoveryResult) error {
+func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job, recent map[string]*recentEntries, res *RecoveryResult) error {
 	now := e.nowUTC()
 	jobs, err := e.withoutEntries(ctx, jobs, now, res)
 	if err != nil {
 		return err
 	}
-	if jobs, err = e.withoutSubmitted(ctx, jobs, now, res); err != nil {
+	if jobs, err = e.withoutSubmitted(ctx, jobs, now, recent, res); err != nil {
 		return err
 	}
 	var (
@@ -218,55 +230,63 @@ func (e *Engine) withoutEntries(ctx context.Context, jobs []store.Job, now time.
 
 // withoutSubmitted drops the jobs that their submits are still publishing and that have their
 // entry (counted in res.Present): never attempted, due, created within PublishGrace and not
-// marked enqueued yet, with an entry of theirs in the type's stream. Such a job's submit has
-// published it and its mark is on its way (markDelay); publishing it again would only add a
-// duplicate, which a recovery at a first start under load did by the hundred. One of them with
-// no entry is published: its entry may have gone with the lost data, and its mark, landing
-// later, would then hide it from the dispatcher.
-func (e *Engine) withoutSubmitted(ctx context.Context, jobs []store.Job, now time.Time, res *RecoveryResult) ([]store.Job, error) {
-	type recent struct {
-		ids    []string
-		oldest time.Time
-	}
-	byStream := map[string]*recent{}
-	for _, j := range jobs {
-		stream := e.submittingStream(j, now)
-		if stream == "" {
-			continue
-		}
-		r := byStream[stream]
-		if r == nil {
-			r = &recent{oldest: j.CreatedAt}
-			byStream[stream] = r
-		}
-		r.ids = append(r.ids, j.ID)
-		if j.CreatedAt.Before(r.oldest) {
-			r.oldest = j.CreatedAt
-		}
-	}
-	if len(byStream) == 0 {
-		return jobs, nil
-	}
-	published := map[string]bool{}
-	for stream, r := range byStream {
-		// The entry ids carry Redis's clock, the job rows this host's: start a grace early.
-		found, err := e.streams.JobsWithEntries(ctx, stream, r.oldest.Add(-PublishGrace), r.ids, recoveryScanMax)
-		if err != nil {
-			return nil, err
-		}
-		for id := range found {
-			published[id] = true
-		}
+// marked enqueued yet, with an entry of theirs among the recent entries of the type's stream.
+// Such a job's submit has published it and its mark is on its way (markDelay); publishing it
+// again would only add a duplicate, which a recovery at a first start under load did by the
+// hundred. One of them with no entry is published: its entry may have gone with the lost
+// data, and its mark, landing later, would then hide it from the dispatcher.
+func (e *Engine) withoutSubmitted(ctx context.Context, jobs []store.Job, now time.Time, recent map[string]*recentEntries, res *RecoveryResult) ([]store.Job, error) {
+	for _, r := range recent {
+		r.updated = false // this page's jobs may have been published since the last page's
 	}
 	out := make([]store.Job, 0, len(jobs))
 	for _, j := range jobs {
-		if published[j.ID] && e.submittingStream(j, now) != "" {
-			res.Present++
-			continue
+		stream := e.submittingStream(j, now)
+		if r := recent[stream]; r != nil {
+			if err := r.update(ctx, e.streams, stream); err != nil {
+				return nil, err
+			}
+			if r.jobs[j.ID] {
+				res.Present++
+				continue
+			}
 		}
 		out = append(out, j)
 	}
 	return out, nil
+}
+
+// recentEntries holds the job ids named by a stream's entries from a point in time on. One
+// recovery reads them once, as its first job that needs them comes, and tops them up with the
+// entries added since as the walk goes on.
+type recentEntries struct {
+	next    string // the entry id the next read starts at
+	jobs    map[string]bool
+	read    int
+	updated bool // read up to the stream's end for the page of jobs at hand
+}
+
+// update reads the entries added since the last read, once per page of jobs, up to
+// recentEntriesMax in all.
+func (r *recentEntries) update(ctx context.Context, sc *streams.Client, stream string) error {
+	if r.updated {
+		return nil
+	}
+	for r.read < recentEntriesMax {
+		ids, next, err := sc.JobEntries(ctx, stream, r.next, min(recentEntriesPage, recentEntriesMax-r.read))
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			r.jobs[id] = true
+		}
+		r.next, r.read = next, r.read+len(ids)
+		if len(ids) < recentEntriesPage {
+			break
+		}
+	}
+	r.updated = true
+	return nil
 }
 
 // submittingStream is the stream j's submit publishes it to when j may still be on its way

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -211,4 +212,41 @@ func TestRecoverRedis(t *testing.T) {
 		require.Equal(t, store.JobPending, b.reload(t, job.ID).Status)
 		require.Empty(t, b.recover(t).Reason)
 	})
+}
+
+// TestRecentEntries: a recovery reads a stream's recent entries once per page of jobs, and only
+// those added since its last read.
+func TestRecentEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	publish := func(ids ...string) {
+		msgs := make([]streams.Message, len(ids))
+		for i, id := range ids {
+			msgs[i] = streams.Message{Stream: "noop", JobID: id, Type: "noop"}
+		}
+		_, err := b.streams.Publish(ctx, msgs)
+		require.NoError(t, err)
+	}
+	publish("old")
+	time.Sleep(5 * time.Millisecond)
+	x := engine.NewRecentEntries(streams.EntryIDAt(time.Now()))
+	many := make([]string, 1500) // past one XRANGE page
+	for i := range many {
+		many[i] = fmt.Sprintf("j-%d", i)
+	}
+	publish(many...)
+
+	require.NoError(t, x.Update(ctx, b.streams, "noop", true))
+	require.False(t, x.Has("old"), "an entry before the index's start")
+	require.True(t, x.Has("j-0"))
+	require.True(t, x.Has("j-1499"))
+	require.Equal(t, 1500, x.Read())
+
+	publish("later")
+	require.NoError(t, x.Update(ctx, b.streams, "noop", false))
+	require.False(t, x.Has("later"), "read once per page of jobs")
+	require.NoError(t, x.Update(ctx, b.streams, "noop", true))
+	require.True(t, x.Has("later"), "the next page tops it up")
+	require.Equal(t, 1501, x.Read(), "with the new entries only")
 }

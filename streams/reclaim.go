@@ -162,43 +162,31 @@ func (c *Client) SwapMarker(ctx context.Context, old, value string) (bool, error
 	return n == 1, nil
 }
 
-// jobEntriesPage is how many entries one XRANGE of JobsWithEntries reads.
-const jobEntriesPage = 1000
+// EntryIDAt is the first entry id a stream could hold at t ("ms-0"): a start for JobEntries.
+func EntryIDAt(t time.Time) string { return strconv.FormatInt(max(t.UnixMilli(), 0), 10) + "-0" }
 
-// JobsWithEntries reports which of jobIDs have an entry in stream whose id's time is at or
-// after since, reading at most maxEntries entries from there (a job not seen within them
-// reads as false). A recovery asks it of the jobs whose submit may still be publishing them.
-func (c *Client) JobsWithEntries(ctx context.Context, stream string, since time.Time, jobIDs []string, maxEntries int) (map[string]bool, error) {
-	out := make(map[string]bool, len(jobIDs))
-	want := make(map[string]bool, len(jobIDs))
-	for _, id := range jobIDs {
-		want[id] = true
+// JobEntries reads up to count entries of stream from the entry id start on (inclusive) and
+// returns the job ids they name ("" for an entry without one) and the start of the next read:
+// after the last entry read, or start itself when there was none.
+func (c *Client) JobEntries(ctx context.Context, stream, start string, count int) (jobIDs []string, next string, err error) {
+	msgs, err := c.rdb.XRangeN(ctx, c.StreamKey(stream), start, "+", int64(count)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, "", fmt.Errorf("read the entries of %s from %s: %w", stream, start, err)
 	}
-	start := strconv.FormatInt(max(since.UnixMilli(), 0), 10) + "-0"
-	for read := 0; len(want) > 0 && read < maxEntries; {
-		msgs, err := c.rdb.XRangeN(ctx, c.StreamKey(stream), start, "+", int64(min(jobEntriesPage, maxEntries-read))).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("read the entries of %s since %s: %w", stream, start, err)
-		}
-		for _, m := range msgs {
-			if id, _ := m.Values[fieldJobID].(string); want[id] {
-				out[id] = true
-				delete(want, id)
-			}
-		}
-		read += len(msgs)
-		if len(msgs) < jobEntriesPage {
-			break
-		}
-		if start, err = nextEntryID(msgs[len(msgs)-1].ID); err != nil {
-			return nil, err
-		}
+	if len(msgs) == 0 {
+		return nil, start, nil
 	}
-	return out, nil
+	jobIDs = make([]string, len(msgs))
+	for i, m := range msgs {
+		jobIDs[i], _ = m.Values[fieldJobID].(string)
+	}
+	next, err = nextEntryID(msgs[len(msgs)-1].ID)
+	return jobIDs, next, err
 }
 
 // nextEntryID is the smallest entry id after id ("ms-seq"), the start of the next page of an
-// inclusive XRANGE (the exclusive "(" form is Redis 6.2 and later only).
+// inclusive XRANGE (the exclusive "(" form is Redis 6.2 and later only, and not in the
+// embedded mode's Redis).
 func nextEntryID(id string) (string, error) {
 	ms, seq, ok := strings.Cut(id, "-")
 	n, err := strconv.ParseUint(seq, 10, 64)

@@ -179,10 +179,11 @@ func TestDeadLetters(t *testing.T) {
 	require.Equal(t, map[string]bool{ids[0]: true, ids[1]: false, ids[2]: true}, exists)
 }
 
-func TestJobsWithEntries(t *testing.T) {
+func TestJobEntries(t *testing.T) {
 	t.Parallel()
 	sc, _ := setup(t)
 	ctx := context.Background()
+	start := streams.EntryIDAt(time.Now().Add(-time.Minute))
 	// Two and a half pages, most sharing a millisecond: the pages go on by sequence number.
 	msgs := make([]streams.Message, 2500)
 	for i := range msgs {
@@ -190,22 +191,33 @@ func TestJobsWithEntries(t *testing.T) {
 	}
 	_, err := sc.Publish(ctx, msgs)
 	require.NoError(t, err)
-	since := time.Now().Add(-time.Minute)
-	want := []string{"j-5", "j-1500", "j-2499", "nope"}
 
-	found, err := sc.JobsWithEntries(ctx, "jobs", since, want, 10_000)
+	var seen []string
+	next := start
+	for range 3 {
+		ids, n, err := sc.JobEntries(ctx, "jobs", next, 1000)
+		require.NoError(t, err)
+		seen, next = append(seen, ids...), n
+	}
+	require.Len(t, seen, 2500)
+	for i, id := range seen {
+		require.Equal(t, fmt.Sprintf("j-%d", i), id, "every entry once, in order")
+	}
+	ids, n, err := sc.JobEntries(ctx, "jobs", next, 1000)
 	require.NoError(t, err)
-	require.Equal(t, map[string]bool{"j-5": true, "j-1500": true, "j-2499": true}, found)
+	require.Empty(t, ids, "nothing after the last entry")
+	require.Equal(t, next, n, "the next read starts where this one did")
 
-	found, err = sc.JobsWithEntries(ctx, "jobs", since, want, 1200)
+	_, err = sc.Publish(ctx, []streams.Message{{Stream: "jobs", JobID: "late", Type: "t"}})
 	require.NoError(t, err)
-	require.Equal(t, map[string]bool{"j-5": true}, found, "j-1500 and j-2499 lie past the first 1200 entries")
+	ids, _, err = sc.JobEntries(ctx, "jobs", next, 1000)
+	require.NoError(t, err)
+	require.Equal(t, []string{"late"}, ids, "a later read gets what was added since")
 
-	found, err = sc.JobsWithEntries(ctx, "jobs", time.Now().Add(time.Hour), want, 10_000)
+	ids, _, err = sc.JobEntries(ctx, "jobs", streams.EntryIDAt(time.Now().Add(time.Hour)), 1000)
 	require.NoError(t, err)
-	require.Empty(t, found, "no entry is that recent")
-
-	found, err = sc.JobsWithEntries(ctx, "none", since, want, 10_000)
+	require.Empty(t, ids, "no entry is that recent")
+	ids, _, err = sc.JobEntries(ctx, "none", start, 1000)
 	require.NoError(t, err)
-	require.Empty(t, found, "no such stream")
+	require.Empty(t, ids, "no such stream")
 }
