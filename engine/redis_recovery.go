@@ -74,8 +74,9 @@ func (e *Engine) RecoverRedis(ctx context.Context, fence Fence) (RecoveryResult,
 			return res, fmt.Errorf("recover redis: %w", err)
 		}
 	}
-	// The jobs its submit may still be publishing were created within PublishGrace of the
-	// walk; their entries are looked for from a grace before that, for the clocks.
+	// The jobs their submits may still be publishing were created within PublishGrace of the
+	// walk; their entries are looked for from a grace before that, for the clocks of Redis and
+	// of this host.
 	recent := map[string]*recentEntries{}
 	since := streams.EntryIDAt(e.nowUTC().Add(-2 * PublishGrace))
 	for _, name := range e.cfg.TypeNames() {
