@@ -58,12 +58,16 @@ type batchJob struct {
 // more than SubmitBatchMax jobs; then nothing is admitted or written.
 func (s *Server) submitBatch(c *gin.Context) {
 	id := mustIdentity(c)
-	release, err := s.batchTurn(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
+	if s.needsTurn(c.Request) {
+		release, err := s.batchTurn(c)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		defer release()
 	}
-	defer release()
+	s.batchesActive.Add(1)
+	defer s.afterBatch()
 	var body submitBatchBody
 	if err := decodeJSON(c, s.submitBatchLimit(), &body); err != nil {
 		s.writeError(c, err)
@@ -92,15 +96,21 @@ func (s *Server) submitBatch(c *gin.Context) {
 	c.JSON(http.StatusOK, s.batchResponse(c, jobs))
 }
 
-// batchTurn waits until fewer than config.SubmitBatchConcurrency batches are being worked
-// on, before the body is read: the batches beyond stay in their connections, not in memory.
-// It returns the release of the turn; an error when the wait passed s.batchWait (a 503 with
-// Retry-After) or the client went away.
+// needsTurn reports whether a batch must wait for a turn (batchTurn): when its body is larger
+// than one submit may be (max_payload_bytes and the envelope), or of unknown length. A batch
+// no larger holds about what a single submit holds, and single submits take no turn: gating
+// small batches too cost 32 concurrent senders of 10-job batches 43% of their rate
+// (docs/performance.md).
+func (s *Server) needsTurn(r *http.Request) bool {
+	return r.ContentLength < 0 || r.ContentLength > s.cfg.MaxPayloadBytes+submitEnvelopeBytes
+}
+
+// batchTurn waits until fewer than config.SubmitBatchConcurrency large batches are being
+// worked on, before the body is read: the batches beyond stay in their connections, not in
+// memory. It returns the release of the turn; an error when the wait passed s.batchWait (a 503
+// with Retry-After) or the client went away.
 func (s *Server) batchTurn(c *gin.Context) (release func(), err error) {
-	release = func() {
-		<-s.batchSlots
-		s.afterBatch()
-	}
+	release = func() { <-s.batchSlots }
 	select {
 	case s.batchSlots <- struct{}{}:
 		return release, nil
@@ -120,15 +130,16 @@ func (s *Server) batchTurn(c *gin.Context) (release func(), err error) {
 	}
 }
 
-// afterBatch gives the memory of a burst of batches back to the system once no batch has run
-// for s.batchIdle. A batch of 1,000 jobs allocates about 10 MB; after a bulk fill the Go
+// afterBatch ends a batch, and gives the memory of a burst of batches back to the system once
+// no batch has run for s.batchIdle. A batch of 1,000 jobs allocates about 10 MB; after a bulk fill the Go
 // runtime keeps the heap it grew to until later collections shrink its goal, which on an
 // idle orchestrator can take minutes. A forced collection of the small heap left costs a few
 // milliseconds once per burst.
 func (s *Server) afterBatch() {
+	s.batchesActive.Add(-1)
 	end := s.batchEnds.Add(1)
 	time.AfterFunc(s.batchIdle, func() {
-		if s.batchEnds.Load() != end || len(s.batchSlots) > 0 {
+		if s.batchEnds.Load() != end || s.batchesActive.Load() > 0 {
 			return // another batch ran since, or runs now: the last one to end returns it
 		}
 		start := time.Now()

@@ -446,9 +446,9 @@ func (w *readWatch) Read(p []byte) (int, error) {
 	return w.r.Read(p)
 }
 
-// TestSubmitBatchTurns: past submit_batch_concurrency batches in progress, a batch waits for
-// a turn before its body is read, and is refused with a 503 and Retry-After when the wait is
-// too long.
+// TestSubmitBatchTurns: past submit_batch_concurrency large batches in progress, a large batch
+// waits for a turn before its body is read, and is refused with a 503 and Retry-After when the
+// wait is too long. A batch no larger than one submit may be takes no turn.
 func TestSubmitBatchTurns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -457,9 +457,20 @@ func TestSubmitBatchTurns(t *testing.T) {
 	for range cap(slots) {
 		slots <- struct{}{} // every turn taken, as by batches in progress
 	}
+
+	// Three small jobs: a body smaller than one submit may be.
+	b.submitBatch(t, "admin", batchOf(3, "small", "small"), 3)
+
+	// Twenty jobs of nearly max_payload_bytes each: a body larger than one submit may be.
+	pad := strings.Repeat("x", testMaxPayload-100)
 	post := func(agent string) (*readWatch, *http.Request) {
-		raw, err := json.Marshal(batchOf(3, agent, agent))
+		batch := batchOf(20, agent, agent)
+		for i := range batch.Jobs {
+			batch.Jobs[i].Payload = json.RawMessage(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad))
+		}
+		raw, err := json.Marshal(batch)
 		require.NoError(t, err)
+		require.Greater(t, int64(len(raw)), int64(testMaxPayload+submitEnvelopeBytes))
 		body := &readWatch{r: bytes.NewReader(raw)}
 		req := httptest.NewRequest(http.MethodPost, "/jobs/submit_batch", body)
 		req.Header.Set("Authorization", "Bearer "+b.tokens["admin"])
@@ -483,7 +494,7 @@ func TestSubmitBatchTurns(t *testing.T) {
 		t.Fatal("the waiting batch did not take the freed turn")
 	}
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	require.Equal(t, 3, decode[client.SubmitBatchResponse](t, rec).Created)
+	require.Equal(t, 20, decode[client.SubmitBatchResponse](t, rec).Created)
 	require.Len(t, slots, cap(slots)-1, "the batch gave its turn back")
 
 	slots <- struct{}{}
@@ -512,11 +523,10 @@ func TestSubmitBatchReturnsMemory(t *testing.T) {
 	require.Eventually(t, func() bool { return freed.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.Never(t, func() bool { return freed.Load() > 1 }, 300*time.Millisecond, 20*time.Millisecond, "once per burst")
 
-	b.srv.batchSlots <- struct{}{} // a batch in progress
-	b.srv.afterBatch()             // as another one ends
+	b.srv.batchesActive.Add(2) // two batches in progress
+	b.srv.afterBatch()         // one ends
 	require.Never(t, func() bool { return freed.Load() > 1 }, 300*time.Millisecond, 20*time.Millisecond,
 		"nothing is returned while a batch is in progress")
-	<-b.srv.batchSlots
-	b.srv.afterBatch() // it ends too
+	b.srv.afterBatch() // the other ends too
 	require.Eventually(t, func() bool { return freed.Load() == 2 }, 5*time.Second, 10*time.Millisecond)
 }

@@ -81,15 +81,16 @@ type Server struct {
 	admission *admission.Controller
 	pools     *pools.Service
 	handler   *gin.Engine
-	// batchSlots holds a token per POST /jobs/submit_batch being read or worked on
-	// (config.SubmitBatchConcurrency); a batch waits at most batchWait for one.
+	// batchSlots holds a token per large POST /jobs/submit_batch being read or worked on
+	// (config.SubmitBatchConcurrency, needsTurn); a batch waits at most batchWait for one.
 	batchSlots chan struct{}
 	batchWait  time.Duration
-	// batchEnds counts the batches that ended; once none has run for batchIdle, freeMemory
-	// returns the burst's memory to the system (afterBatch).
-	batchEnds  atomic.Uint64
-	batchIdle  time.Duration
-	freeMemory func()
+	// batchesActive counts the batches in progress and batchEnds those that ended; once none
+	// has run for batchIdle, freeMemory returns the burst's memory to the system (afterBatch).
+	batchesActive atomic.Int64
+	batchEnds     atomic.Uint64
+	batchIdle     time.Duration
+	freeMemory    func()
 }
 
 var releaseMode sync.Once
