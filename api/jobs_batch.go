@@ -126,15 +126,15 @@ func (s *Server) batchTurn(c *gin.Context) (release func(), err error) {
 	case <-t.C:
 		setRetryAfter(c, time.Second)
 		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: fmt.Sprintf("%d batch submits are in progress and this one waited %s for its turn; retry later", cap(s.batchSlots), s.batchWait)}
+			Message: fmt.Sprintf("%d large batch submits are in progress and this one waited %s for its turn; retry later", cap(s.batchSlots), s.batchWait)}
 	}
 }
 
 // afterBatch ends a batch, and gives the memory of a burst of batches back to the system once
-// no batch has run for s.batchIdle. A batch of 1,000 jobs allocates about 10 MB; after a bulk fill the Go
-// runtime keeps the heap it grew to until later collections shrink its goal, which on an
-// idle orchestrator can take minutes. A forced collection of the small heap left costs a few
-// milliseconds once per burst.
+// no batch has run for s.batchIdle. A batch of 1,000 jobs allocates about 10 MB; after a bulk
+// fill the Go runtime keeps the heap it grew to until later collections shrink its goal, which
+// on an idle orchestrator can take minutes. A forced collection of the small heap left costs a
+// few milliseconds once per burst.
 func (s *Server) afterBatch() {
 	s.batchesActive.Add(-1)
 	end := s.batchEnds.Add(1)
