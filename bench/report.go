@@ -122,7 +122,8 @@ type ScenarioResult struct {
 	LeaseGPUs  *LeaseGPUCheck `json:"lease_gpus,omitempty"`
 	// ServerMS is the orchestrator's own time of the scenario's requests by kind, from its
 	// request-duration histogram: "grant" and "release" in the leases scenario; "submit",
-	// "claim" and "complete" (the workers' calls) in streaming and latency.
+	// "claim" and "complete" (the workers' calls) in streaming and latency, the workers'
+	// calls only in burndown.
 	ServerMS map[string]*ServerLatency `json:"server_ms,omitempty"`
 	// AdmissionModes are the admission scenario's figures by policy of the bench's agent, and
 	// LimiterCallMS the latency of one token-bucket call (a Redis round trip) made by the bench.

@@ -159,6 +159,7 @@ func (r *runner) burndown(ctx context.Context, ids idSpace) *ScenarioResult {
 	if r.st.canManageWorkers() {
 		progress("burndown: starting %d workers", r.o.workers)
 	}
+	before := r.scrapeDurations(ctx, res) // after the submits: the workers' calls only
 	wallStart := time.Now()
 	if err := r.st.startWorkers(ctx); err != nil {
 		res.Error = err.Error()
@@ -168,7 +169,9 @@ func (r *runner) burndown(ctx context.Context, ids idSpace) *ScenarioResult {
 	if err != nil {
 		res.Error = err.Error()
 	}
-	return r.measure(ctx, res, ids, true, wallStart, wallEnd)
+	r.measure(ctx, res, ids, true, wallStart, wallEnd)
+	r.jobRouteTimes(ctx, res, before)
+	return res
 }
 
 // streaming submits -n jobs as fast as -producers can with the workers running, and measures
