@@ -3,7 +3,6 @@ package streams
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,7 +89,7 @@ func (c *Client) TrimBefore(ctx context.Context, stream string, t time.Time) (in
 	if ms <= 0 {
 		return 0, nil
 	}
-	n, err := c.rdb.XTrimMinID(ctx, c.StreamKey(stream), strconv.FormatInt(ms, 10)+"-0").Result()
+	n, err := c.rdb.XTrimMinID(ctx, c.StreamKey(stream), EntryIDAt(t)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("trim %s before %s: %w", stream, t.UTC().Format(time.RFC3339), err)
 	}
