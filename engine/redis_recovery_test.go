@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,17 +222,22 @@ func TestRecentEntries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	publish := func(ids ...string) {
+	publish := func(ids ...string) []string {
 		msgs := make([]streams.Message, len(ids))
 		for i, id := range ids {
 			msgs[i] = streams.Message{Stream: "noop", JobID: id, Type: "noop"}
 		}
-		_, err := b.streams.Publish(ctx, msgs)
+		entries, err := b.streams.Publish(ctx, msgs)
 		require.NoError(t, err)
+		return entries
 	}
-	publish("old")
-	time.Sleep(5 * time.Millisecond)
-	x := engine.NewRecentEntries(streams.EntryIDAt(time.Now()))
+	ms, _, _ := strings.Cut(publish("old")[0], "-")
+	oldMS, err := strconv.ParseInt(ms, 10, 64)
+	require.NoError(t, err)
+	// The index starts a millisecond after the old entry; the next entries come after that.
+	start := time.UnixMilli(oldMS + 1)
+	require.Eventually(t, func() bool { return time.Now().After(start) }, time.Second, time.Millisecond)
+	x := engine.NewRecentEntries(streams.EntryIDAt(start))
 	many := make([]string, 1500) // past one XRANGE page
 	for i := range many {
 		many[i] = fmt.Sprintf("j-%d", i)
