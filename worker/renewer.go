@@ -116,8 +116,14 @@ func (w *Worker) renewOnce(ctx context.Context) error {
 	return err
 }
 
-// dropGone marks the runs whose leases are gone and cancels their handlers: the jobs were
-// rescued (the lease expired) or cancelled (the lease was released), and belong to no one here.
+// dropGone marks the runs whose leases are gone and cancels the handlers still running: the
+// jobs were rescued (the lease expired) or cancelled (the lease was released), and belong to no
+// one here.
+//
+// A run whose handler has returned is only marked. Its result is on its way, and usually that
+// result is what released the lease, in a round that ended while the renewal was in flight;
+// when it was not, the result's outcome says so (lease_expired). A run no longer held was
+// acknowledged since the renewal was sent, and is left alone.
 func (w *Worker) dropGone(runs []*run, gone []client.GoneLease) {
 	if len(gone) == 0 {
 		return
@@ -130,14 +136,17 @@ func (w *Worker) dropGone(runs []*run, gone []client.GoneLease) {
 	defer w.mu.Unlock()
 	for _, r := range runs {
 		g, ok := byToken[r.job.LeaseToken]
-		if !ok || r.leaseGone.Swap(true) {
+		if _, held := w.held[r]; !ok || !held || r.leaseGone.Swap(true) {
+			continue
+		}
+		if w.running[r.job.ID] != r {
+			w.log.Debug("lease gone after the job's handler returned", "job_id", r.job.ID,
+				"attempt", r.job.Attempt, "lease_token", r.job.LeaseToken, "lease_status", g.Status)
 			continue
 		}
 		w.log.Warn("lease gone; stopping the job", "job_id", r.job.ID, "attempt", r.job.Attempt,
 			"lease_token", r.job.LeaseToken, "lease_status", g.Status)
-		if w.running[r.job.ID] == r {
-			r.cancel(errLeaseLost)
-		}
+		r.cancel(errLeaseLost)
 	}
 }
 

@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +163,43 @@ func TestRenewIntervalFollowsTheShortestTTL(t *testing.T) {
 	w.cfg.Telemetry = telemetry.NewNone("n1")
 	w.cfg.TelemetryInterval = 500 * time.Millisecond
 	require.Equal(t, 500*time.Millisecond, w.renewInterval())
+}
+
+// TestDropGone: a renewal that finds leases gone stops the handlers still running, only marks
+// a run whose handler returned (its result, on its way, usually released the lease itself),
+// and leaves alone a run acknowledged since the renewal was sent. Only the first is a warning.
+func TestDropGone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.reg.Register("noop", NoopHandler{})
+	w, err := New(b.cfg(jobType("noop", "noop")))
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	w.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+
+	newRun := func(id string) (*run, context.Context) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		return &run{job: Job{ID: id, Attempt: 1, LeaseToken: "lease-" + id}, cancel: cancel}, ctx
+	}
+	running, runningCtx := newRun("running")
+	finished, finishedCtx := newRun("finished")
+	acked, _ := newRun("acked")
+	w.running["running"] = running
+	w.held[running], w.held[finished] = struct{}{}, struct{}{}
+
+	w.dropGone([]*run{running, finished, acked}, []client.GoneLease{
+		{Token: "lease-running", Status: client.LeaseExpired},
+		{Token: "lease-finished", Status: client.LeaseReleased},
+		{Token: "lease-acked", Status: client.LeaseReleased},
+	})
+
+	require.ErrorIs(t, context.Cause(runningCtx), errLeaseLost, "the running handler is stopped")
+	require.NoError(t, finishedCtx.Err(), "a returned handler has nothing to stop")
+	require.True(t, running.leaseGone.Load())
+	require.True(t, finished.leaseGone.Load(), "the finished run's lease is not renewed again")
+	out := logs.String()
+	require.Equal(t, 1, strings.Count(out, "level=WARN"), out)
+	require.Contains(t, out, `level=WARN msg="lease gone; stopping the job" job_id=running`)
+	require.Contains(t, out, `level=DEBUG msg="lease gone after the job's handler returned" job_id=finished`)
+	require.NotContains(t, out, "job_id=acked")
 }
