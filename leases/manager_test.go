@@ -1,6 +1,7 @@
 package leases_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -230,6 +231,31 @@ func TestRenew(t *testing.T) {
 	require.Error(t, err)
 	_, err = b.m.Renew(ctx, leases.RenewParams{WorkerID: "w1", Tokens: make([]string, leases.MaxRenewTokens+1)})
 	require.Error(t, err)
+}
+
+// TestRenewLogsGone: leases a renewal finds released (the worker's own round released them) are
+// not worth an info line; expired or unknown ones are.
+func TestRenewLogsGone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var logs bytes.Buffer // Renew logs before it returns
+	m, err := leases.New(b.st, leases.Config{}, leases.Options{Now: b.clock.Now,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), NodeID: "here"})
+	require.NoError(t, err)
+	released, err := m.Grant(ctx, leases.GrantParams{Agent: "a", NodeID: "w-node", Mode: store.LeaseCPU})
+	require.NoError(t, err)
+	_, err = m.Release(ctx, released.Token, "", "worker:w1")
+	require.NoError(t, err)
+
+	res, err := m.Renew(ctx, leases.RenewParams{WorkerID: "w1", Tokens: []string{released.Token}})
+	require.NoError(t, err)
+	require.Len(t, res.Gone, 1)
+	require.NotContains(t, logs.String(), "renewed leases that are gone", "released leases alone: a debug line")
+
+	_, err = m.Renew(ctx, leases.RenewParams{WorkerID: "w1", Tokens: []string{released.Token, "lt_unknown"}})
+	require.NoError(t, err)
+	require.Contains(t, logs.String(), `level=INFO msg="worker renewed leases that are gone" component=leases worker_id=w1 gone=2 released=1`)
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -3,6 +3,7 @@ package leases
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/telemetry"
@@ -74,9 +75,7 @@ func (m *Manager) Renew(ctx context.Context, p RenewParams) (RenewResult, error)
 				res.Gone = append(res.Gone, GoneLease{Token: t})
 			}
 		}
-		if len(res.Gone) > 0 {
-			m.log.Info("worker renewed leases that are gone", "worker_id", p.WorkerID, "gone", len(res.Gone))
-		}
+		m.logGone(ctx, p.WorkerID, res.Gone)
 	}
 	if p.Snapshot != nil {
 		if err := m.RecordSnapshot(ctx, *p.Snapshot); err != nil {
@@ -91,4 +90,26 @@ func (m *Manager) Renew(ctx context.Context, p RenewParams) (RenewResult, error)
 		res.Reserved = reserved
 	}
 	return res, nil
+}
+
+// logGone says which leases a renewal found gone. Released ones are routine under load: a
+// renewal in flight while the worker's round records its jobs' results finds those leases
+// released, so a renewal that found nothing else is a debug line. Expired or unknown leases
+// (the worker fell silent, or the leases were purged) are worth an info line.
+func (m *Manager) logGone(ctx context.Context, workerID string, gone []GoneLease) {
+	if len(gone) == 0 {
+		return
+	}
+	released := 0
+	for _, g := range gone {
+		if g.Status == store.LeaseReleased {
+			released++
+		}
+	}
+	level := slog.LevelInfo
+	if released == len(gone) {
+		level = slog.LevelDebug
+	}
+	m.log.Log(ctx, level, "worker renewed leases that are gone", "worker_id", workerID, "gone", len(gone),
+		"released", released)
 }
