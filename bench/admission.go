@@ -112,7 +112,7 @@ func (r *runner) admission(ctx context.Context, ids idSpace) *ScenarioResult {
 		}
 	}
 	a := &admissionRun{r: r, res: res, ids: ids, sub: submitter{api: r.st.api, jobType: parkedType, payload: r.sub.payload}}
-	own := r.st.dbName != ""
+	own := r.st.owned()
 	if !own {
 		a.sub.jobType = r.o.jobType
 		res.Notes = append(res.Notes, "-api-url: only the configured policy is measured (the bench changes no policy of a stack it does not own), with -type jobs, which that stack's workers will run")
@@ -129,7 +129,7 @@ func (r *runner) admission(ctx context.Context, ids idSpace) *ScenarioResult {
 	if prefix == "" {
 		prefix = "bench" + r.runID + ":"
 	}
-	if lat, refused, err := limiterCallLatency(ctx, r.o.redisAddr, prefix, limiterCalls); err != nil {
+	if lat, refused, err := limiterCallLatency(ctx, r.st.redisAddr, prefix, limiterCalls); err != nil {
 		res.Notes = append(res.Notes, "token-bucket calls: "+err.Error())
 	} else {
 		res.LimiterCallMS = &lat

@@ -113,10 +113,10 @@ func (r *runner) backlog(ctx context.Context, ids idSpace) *ScenarioResult {
 	if r.st.orch == nil {
 		res.Notes = append(res.Notes, "-api-url: the orchestrator's RSS is process_resident_memory_bytes of GET /metrics (two scrapes per probe), not sampled from /proc")
 	}
-	if r.st.dbName == "" {
+	if !r.st.owned() {
 		res.Notes = append(res.Notes, "-api-url: the scenario's jobs are left pending in that orchestrator's database and stream (b"+r.runID+"-backlog-*); its workers will run them")
 	}
-	b := &backlogRun{r: r, res: res, rr: newRedisReader(r.o.redisAddr, r.st.info.RedisPrefix, r.o.jobType)}
+	b := &backlogRun{r: r, res: res, rr: newRedisReader(r.st.redisAddr, r.st.info.RedisPrefix, r.o.jobType)}
 	defer b.rr.close()
 	steps := []struct {
 		name   string

@@ -149,10 +149,19 @@ func TestParseFlags(t *testing.T) {
 			{"-payload-bytes", "9"},
 			{"-payload-bytes", "1048577"},
 			{"-payload-bytes", "1024", "-scenarios", "streaming,backlog"},
+			{"-embedded", "-api-url", "http://x", "-token", "t"},
+			{"-embedded", "-scenarios", "latency,backlog"},
 		} {
 			_, _, err := parseFlags(args)
 			require.Error(t, err, "%v", args)
 		}
+	})
+
+	t.Run("Embedded", func(t *testing.T) {
+		t.Parallel()
+		o, _, err := parseFlags([]string{"-embedded", "-scenarios", "burndown,leases"})
+		require.NoError(t, err)
+		require.True(t, o.embedded)
 	})
 
 	t.Run("SecretsRedacted", func(t *testing.T) {

@@ -46,8 +46,10 @@ func (c cpuSampler) snapshot() map[int]cpuSample {
 			add("workers", w.pid())
 		}
 	}
-	for pid, part := range serverPIDs() {
-		add(part, pid)
+	if c.st.info.Mode != "embedded" { // there the orchestrator's process holds both
+		for pid, part := range serverPIDs() {
+			add(part, pid)
+		}
 	}
 	return out
 }

@@ -125,7 +125,7 @@ func (r *runner) leases(ctx context.Context) *ScenarioResult {
 		}
 	}
 	lr := &leaseRun{r: r, res: res}
-	if r.st.dbName != "" {
+	if r.st.owned() {
 		lr.margin = config.LeaseSafetyMarginMBDefault
 	} else {
 		res.Notes = append(res.Notes, "-api-url: the GPUs' safety margin is not known; grantable_mb is their whole memory")

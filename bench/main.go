@@ -66,6 +66,7 @@ type options struct {
 	workerToken string
 	redisPrefix string
 	noWorkers   bool
+	embedded    bool
 	binDir      string
 	keep        bool
 	out         string
@@ -121,6 +122,7 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	fs.StringVar(&o.workerToken, "worker-token", "", "with -api-url: the token of the workers the bench starts (default -token)")
 	fs.StringVar(&o.redisPrefix, "redis-prefix", os.Getenv("ORCH_REDIS_PREFIX"), "with -api-url: the orchestrator's Redis key prefix, for the bench's workers")
 	fs.BoolVar(&o.noWorkers, "no-workers", false, "start no workers (the stack has its own); burndown then cannot stop them")
+	fs.BoolVar(&o.embedded, "embedded", false, "run the bench's orchestrator in the embedded mode (orchestrator serve --embedded: SQLite in a temporary data directory, Redis in its process) instead of on MariaDB and Redis")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the orchestrator and worker binaries (built into a temporary directory when missing)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the database, the Redis keys and the logs")
 	fs.StringVar(&o.out, "out", "", "also write the JSON report to this file")
@@ -185,6 +187,12 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	}
 	if o.apiURL == "" && o.noWorkers {
 		errs = append(errs, errors.New("-no-workers only makes sense with -api-url"))
+	}
+	if o.embedded && o.apiURL != "" {
+		errs = append(errs, errors.New("-embedded starts an orchestrator of its own: not with -api-url"))
+	}
+	if o.embedded && slices.Contains(o.scenarios, "backlog") {
+		errs = append(errs, errors.New("-embedded: not with the backlog scenario (the embedded Redis keeps a stream as a plain slice: a million entries are beyond it; see internal/embedredis)"))
 	}
 	return o, fs, errors.Join(errs...)
 }
@@ -257,7 +265,7 @@ func runScenarios(ctx context.Context, o *options, rep *Report) error {
 		st:    st,
 		hc:    hc,
 		sub:   submitter{api: st.api, jobType: o.jobType, payload: benchPayload(o.payload)},
-		jdb:   jobsDB{db: st.db, jobType: o.jobType, noHint: new(atomic.Bool)},
+		jdb:   jobsDB{db: st.db, jobType: o.jobType, sqlite: st.sqlitePath != "", noHint: new(atomic.Bool)},
 		runID: randomHex(3),
 	}
 	for _, name := range o.scenarios {

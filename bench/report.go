@@ -53,7 +53,8 @@ type Machine struct {
 
 // StackInfo says what the bench ran against.
 type StackInfo struct {
-	// Mode is "own" (processes started by the bench) or "external" (-api-url).
+	// Mode is "own" (processes started by the bench, on MariaDB and Redis), "embedded" (the
+	// same in the embedded mode, -embedded) or "external" (-api-url).
 	Mode        string `json:"mode"`
 	APIURL      string `json:"api_url"`
 	Database    string `json:"database,omitempty"`

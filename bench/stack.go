@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite" // the embedded mode's database (-embedded)
 
 	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/client"
@@ -49,9 +51,16 @@ type stack struct {
 	generation int // worker start count, so every start logs to new files
 
 	serverCfg *mysql.Config // the MariaDB server, for dropping dbName
-	dbName    string        // the database the bench created ("" for an external stack)
-	prefix    string        // the Redis prefix the bench owns ("" for an external stack)
+	dbName    string        // the database the bench created ("" for an external or embedded stack)
+	prefix    string        // the Redis prefix the bench owns ("" for an external or embedded stack)
+	// redisAddr is the Redis of the orchestrator: -redis-addr, or the embedded mode's own.
+	redisAddr string
+	// sqlitePath is the embedded mode's database file ("" otherwise).
+	sqlitePath string
 }
+
+// owned reports whether the bench started the orchestrator (and may change its policies).
+func (s *stack) owned() bool { return s.info.Mode != "external" }
 
 // newStack prepares the stack of o. With its own stack it creates the database and tokens and
 // starts the orchestrator; workers are started by the scenarios (startWorkers). On error the
@@ -85,30 +94,40 @@ func newStack(ctx context.Context, o *options, hc *http.Client) (_ *stack, err e
 	return s, nil
 }
 
-// own creates the database, tokens and config of a private stack and starts its orchestrator.
+// own creates the database, tokens and config of a private stack and starts its orchestrator:
+// on a fresh database of the MariaDB server and a Redis key prefix, or with -embedded in the
+// embedded mode (SQLite in the stack's directory, Redis in the orchestrator's process).
 func (s *stack) own(ctx context.Context, o *options, hc *http.Client) error {
-	s.info.Mode = "own"
 	orchBin, workerBin, err := binaries(ctx, o.binDir, s.dir)
 	if err != nil {
 		return err
 	}
 	s.workerBin = workerBin
-	cfg, err := mysql.ParseDSN(o.mysqlDSN)
-	if err != nil {
-		return fmt.Errorf("parse -mysql-dsn: %w", err)
-	}
-	cfg.DBName = ""
-	s.serverCfg = cfg.Clone()
 	suffix := randomHex(6)
-	name := "orch_bench_" + suffix
-	if err := execServer(ctx, s.serverCfg, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
-		return fmt.Errorf("create database: %w", err)
+	var backends []string // the backends' settings, for the orchestrator and the workers
+	var serve []string    // the orchestrator's command line
+	var dsn string
+	if o.embedded {
+		s.info.Mode = "embedded"
+		if s.redisAddr, err = freeAddr(); err != nil {
+			return err
+		}
+		dataDir := filepath.Join(s.dir, "data")
+		s.sqlitePath = filepath.Join(dataDir, embeddedDBFile)
+		s.info.Database = s.sqlitePath
+		backends = []string{"ORCH_DATA_DIR=" + dataDir, "ORCH_EMBEDDED_REDIS_ADDR=" + s.redisAddr,
+			"ORCH_REDIS_ADDR=" + s.redisAddr}
+		serve = []string{"serve", "--embedded"}
+	} else {
+		s.info.Mode = "own"
+		if dsn, err = s.createDatabase(ctx, o, suffix); err != nil {
+			return err
+		}
+		s.redisAddr, s.prefix = o.redisAddr, "bench"+suffix+":"
+		s.info.RedisPrefix = s.prefix
+		backends = []string{"ORCH_MYSQL_DSN=" + dsn, "ORCH_REDIS_ADDR=" + o.redisAddr, "ORCH_REDIS_PREFIX=" + s.prefix}
+		serve = []string{"serve"}
 	}
-	s.dbName = name
-	cfg.DBName, cfg.ParseTime = name, true
-	dsn := cfg.FormatDSN()
-	s.prefix = "bench" + suffix + ":"
-	s.info.Database, s.info.RedisPrefix = name, s.prefix
 
 	admin, adminLine, err := api.GenerateToken("admin", "")
 	if err != nil {
@@ -130,39 +149,67 @@ func (s *stack) own(ctx context.Context, o *options, hc *http.Client) error {
 	if err != nil {
 		return err
 	}
-	url := "http://" + addr
-	s.info.APIURL = url
-	common := []string{
-		"ORCH_CONFIG=" + cfgPath, "ORCH_MYSQL_DSN=" + dsn, "ORCH_REDIS_ADDR=" + o.redisAddr,
-		"ORCH_REDIS_PREFIX=" + s.prefix, "ORCH_HTTP_ADDR=" + addr, "ORCH_API_URL=" + url,
+	apiURL := "http://" + addr
+	s.info.APIURL = apiURL
+	common := slices.Concat([]string{
+		"ORCH_CONFIG=" + cfgPath, "ORCH_HTTP_ADDR=" + addr, "ORCH_API_URL=" + apiURL,
 		"ORCH_LOG_LEVEL=info", "ORCH_LOG_FORMAT=json",
-	}
-	common = append(common, runtimeEnv(o)...)
+	}, backends, runtimeEnv(o))
 	s.workerEnv = slices.Concat(common, []string{"ORCH_API_TOKEN=" + wtok})
-	s.api = newClient(url, admin, hc)
-	if s.db, err = openDB(dsn); err != nil {
-		return err
-	}
+	s.api = newClient(apiURL, admin, hc)
 	// The orchestrator's node has simulated GPUs for the leases scenario, on a node of its
 	// own: the workers keep the host's node and report its GPUs (none without NVML), which
 	// then cannot overwrite the simulated ones.
 	s.info.GPUNode, s.info.SimGPUs = "bench-"+suffix, benchSimGPUs
-	progress("stack: starting orchestrator on %s (database %s, redis prefix %s, node %s with GPUs %s)",
-		addr, name, s.prefix, s.info.GPUNode, s.info.SimGPUs)
+	if o.embedded {
+		progress("stack: starting orchestrator on %s (embedded mode: SQLite %s, redis %s, node %s with GPUs %s)",
+			addr, s.sqlitePath, s.redisAddr, s.info.GPUNode, s.info.SimGPUs)
+	} else {
+		progress("stack: starting orchestrator on %s (database %s, redis prefix %s, node %s with GPUs %s)",
+			addr, s.dbName, s.prefix, s.info.GPUNode, s.info.SimGPUs)
+	}
 	s.orch, err = startProcess(s.dir, "orchestrator", orchBin, slices.Concat(common, []string{
 		"ORCH_TOKENS_FILE=" + tokens, "ORCH_NODE_ID=" + s.info.GPUNode,
 		"ORCH_SIM_GPUS=" + benchSimGPUs, "ORCH_NVML_DISABLE=1",
-	}), "serve")
+	}), serve...)
 	if err != nil {
 		return err
 	}
-	return s.waitReady(ctx)
+	if err := s.waitReady(ctx); err != nil {
+		return err
+	}
+	// The embedded orchestrator creates its database file at start.
+	if o.embedded {
+		s.db, err = openSQLite(s.sqlitePath)
+	} else {
+		s.db, err = openDB(dsn)
+	}
+	return err
+}
+
+// createDatabase creates the stack's database orch_bench_<suffix> on the MariaDB server of
+// -mysql-dsn and returns its DSN.
+func (s *stack) createDatabase(ctx context.Context, o *options, suffix string) (string, error) {
+	cfg, err := mysql.ParseDSN(o.mysqlDSN)
+	if err != nil {
+		return "", fmt.Errorf("parse -mysql-dsn: %w", err)
+	}
+	cfg.DBName = ""
+	s.serverCfg = cfg.Clone()
+	name := "orch_bench_" + suffix
+	if err := execServer(ctx, s.serverCfg, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+		return "", fmt.Errorf("create database: %w", err)
+	}
+	s.dbName, s.info.Database = name, name
+	cfg.DBName, cfg.ParseTime = name, true
+	return cfg.FormatDSN(), nil
 }
 
 // external points the stack at a running orchestrator; workers it starts use the flags'
 // Redis address and prefix and the worker token.
 func (s *stack) external(o *options, hc *http.Client) error {
 	s.info.Mode, s.info.APIURL, s.info.RedisPrefix = "external", o.apiURL, o.redisPrefix
+	s.redisAddr = o.redisAddr
 	cfg, err := mysql.ParseDSN(o.mysqlDSN)
 	if err != nil {
 		return fmt.Errorf("parse -mysql-dsn: %w", err)
@@ -312,7 +359,11 @@ func (s *stack) close() {
 		_ = s.db.Close()
 	}
 	if s.o.keep {
-		progress("cleanup: -keep: database %q, redis prefix %q and logs in %s are left", s.dbName, s.prefix, s.dir)
+		if s.sqlitePath != "" {
+			progress("cleanup: -keep: the SQLite database %s and the logs in %s are left", s.sqlitePath, s.dir)
+		} else {
+			progress("cleanup: -keep: database %q, redis prefix %q and logs in %s are left", s.dbName, s.prefix, s.dir)
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -356,6 +407,30 @@ func openDB(dsn string) (*sql.DB, error) {
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return db, nil
+}
+
+// embeddedDBFile is the embedded mode's database file in its data directory (the
+// orchestrator's DBFileName).
+const embeddedDBFile = "orchestrator.db"
+
+// openSQLite opens the embedded mode's database for reading, next to the orchestrator that
+// writes it (WAL lets readers in while it commits).
+func openSQLite(path string) (*sql.DB, error) {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", "query_only(1)")
+	db, err := sql.Open("sqlite", path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(4)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
 	return db, nil
 }
