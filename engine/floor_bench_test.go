@@ -89,18 +89,7 @@ func engineLife(eng *engine.Engine) func(b *testing.B, ids []string, last bool) 
 			}
 		}
 		eng.FlushMarks(ctx)
-		items := make([]engine.ClaimItem, len(ids))
-		for i, id := range ids {
-			items[i] = engine.ClaimItem{JobID: id}
-		}
-		res, err := eng.Claim(ctx, engine.ClaimParams{WorkerID: "w", Items: items, Results: results})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(res.Claimed) != len(ids) {
-			b.Fatalf("claimed %d of %d: %+v", len(res.Claimed), len(ids), res.Refused)
-		}
-		results = roundResults(res.Claimed, json.RawMessage(`{}`))
+		results = roundResults(claimRound(b, eng, ids, results), json.RawMessage(`{}`))
 		if last {
 			out, err := eng.Complete(ctx, engine.CompleteParams{WorkerID: "w", Results: results})
 			if err != nil || len(out.Outcomes) != len(results) {

@@ -48,18 +48,7 @@ func BenchmarkRoundCost(b *testing.B) {
 			b.ResetTimer()
 			var results []engine.Result
 			for batch := range slices.Chunk(ids, tc.batch) {
-				items := make([]engine.ClaimItem, len(batch))
-				for i, id := range batch {
-					items[i] = engine.ClaimItem{JobID: id}
-				}
-				res, err := eng.Claim(ctx, engine.ClaimParams{WorkerID: "w", Items: items, Results: results})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(res.Claimed) != len(batch) {
-					b.Fatalf("claimed %d of %d: %+v", len(res.Claimed), len(batch), res.Refused)
-				}
-				results = roundResults(res.Claimed, tc.output)
+				results = roundResults(claimRound(b, eng, batch, results), tc.output)
 			}
 			res, err := eng.Complete(ctx, engine.CompleteParams{WorkerID: "w", Results: results})
 			if err != nil || len(res.Outcomes) != len(results) {
@@ -71,6 +60,24 @@ func BenchmarkRoundCost(b *testing.B) {
 			cpu.Report(b, jobs)
 		})
 	}
+}
+
+// claimRound is one worker round: a claim of the jobs ids, all of which it must take, that
+// carries results. It returns the jobs claimed.
+func claimRound(b *testing.B, eng *engine.Engine, ids []string, results []engine.Result) []store.Job {
+	b.Helper()
+	items := make([]engine.ClaimItem, len(ids))
+	for i, id := range ids {
+		items[i] = engine.ClaimItem{JobID: id}
+	}
+	res, err := eng.Claim(context.Background(), engine.ClaimParams{WorkerID: "w", Items: items, Results: results})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(res.Claimed) != len(ids) {
+		b.Fatalf("claimed %d of %d: %+v", len(res.Claimed), len(ids), res.Refused)
+	}
+	return res.Claimed
 }
 
 // insertRoundJobs inserts n pending jobs with payload, a few at a time (so that a packet of
