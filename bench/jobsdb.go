@@ -171,7 +171,8 @@ func (j jobsDB) window(ctx context.Context, prefix string) (doneWindow, error) {
 	if err != nil {
 		return w, fmt.Errorf("read done window: %w", err)
 	}
-	w.FirstCreated, w.FirstStarted, w.FirstFinished, w.LastFinished = microsTime(fc), microsTime(fs), microsTime(ff), microsTime(lf)
+	w.FirstCreated, w.FirstStarted = microsTime(fc), microsTime(fs)
+	w.FirstFinished, w.LastFinished = microsTime(ff), microsTime(lf)
 	return w, nil
 }
 
