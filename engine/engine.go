@@ -40,6 +40,8 @@ type Engine struct {
 	fence   Fence
 	group   submitGroup
 	marks   markQueue
+	// redisStartsEmpty: see Options.RedisStartsEmpty.
+	redisStartsEmpty bool
 }
 
 // Options are optional dependencies of New.
@@ -54,6 +56,10 @@ type Options struct {
 	// Observer is told about every committed job status change (nil: none); the metrics
 	// count jobs and time their waits and runs with it.
 	Observer Observer
+	// RedisStartsEmpty says the Redis is new and empty at every start of the process, as the
+	// embedded mode's is: a recovery for its missing marker is how the process starts, not a
+	// loss, and RecoverRedis logs it at info level instead of warning.
+	RedisStartsEmpty bool
 }
 
 // New returns an Engine over the store and streams, for the job types of cfg.
@@ -69,6 +75,7 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 		e.now = time.Now
 	}
 	e.fence = opts.Fence
+	e.redisStartsEmpty = opts.RedisStartsEmpty
 	lm, err := leases.New(st, leases.ConfigFrom(cfg), leases.Options{Now: e.now, Logger: opts.Logger, NodeID: cfg.NodeID})
 	if err != nil {
 		// config.Validate refuses such settings; a configuration built by hand falls back.

@@ -62,7 +62,11 @@ func (e *Engine) RecoverRedis(ctx context.Context, fence Fence) (RecoveryResult,
 		return RecoveryResult{}, err
 	}
 	res := RecoveryResult{Reason: reason}
-	e.log.Warn("redis lost data; recreating groups and publishing every live job again", "reason", reason, "run_id", runID)
+	if e.redisStartsEmpty && reason == RecoveryMarkerMissing {
+		e.log.Info("redis starts empty; creating groups and publishing every live job", "reason", reason, "run_id", runID)
+	} else {
+		e.log.Warn("redis lost data; recreating groups and publishing every live job again", "reason", reason, "run_id", runID)
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	token := "recovering:" + hex.EncodeToString(b[:])

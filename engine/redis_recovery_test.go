@@ -1,8 +1,10 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +65,32 @@ func TestRecoverRedis(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, runID, marker)
+	})
+
+	t.Run("EmbeddedStartIsNotAWarning", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var logs bytes.Buffer // RecoverRedis logs before it returns
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		eng := engine.New(b.store, b.streams, b.cfg, engine.Options{Logger: log, RedisStartsEmpty: true})
+		_, err := eng.RecoverRedis(ctx, nil)
+		require.NoError(t, err)
+		require.Contains(t, logs.String(), `level=INFO msg="redis starts empty; creating groups and publishing every live job"`)
+		require.NotContains(t, logs.String(), "level=WARN")
+
+		// A group lost while the process runs is a loss, even there.
+		require.NoError(t, b.streams.Redis().XGroupDestroy(ctx, b.streams.StreamKey("noop"), streams.GroupName("noop")).Err())
+		rec, err := eng.RecoverRedis(ctx, nil)
+		require.NoError(t, err)
+		require.Equal(t, engine.RecoveryGroupMissing, rec.Reason)
+		require.Contains(t, logs.String(), `level=WARN msg="redis lost data; recreating groups and publishing every live job again"`)
+
+		// Elsewhere a missing marker may be a loss: a warning.
+		logs.Reset()
+		b.flushPrefix(t)
+		_, err = engine.New(b.store, b.streams, b.cfg, engine.Options{Logger: log}).RecoverRedis(ctx, nil)
+		require.NoError(t, err)
+		require.Contains(t, logs.String(), `level=WARN msg="redis lost data; recreating groups and publishing every live job again" component=engine reason=marker_missing`)
 	})
 
 	t.Run("AfterDataLoss", func(t *testing.T) {

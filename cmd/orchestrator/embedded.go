@@ -109,7 +109,7 @@ func openEmbedded(ctx context.Context, cfg *config.Config, log *slog.Logger, own
 		return tx.LeaderCheckTerm(ctx, el.Term())
 	})
 	eng := engine.New(st, streams.New(rdb, streams.Options{Prefix: cfg.RedisPrefix}), cfg,
-		engine.Options{Logger: log, Fence: fence})
+		engine.Options{Logger: log, Fence: fence, RedisStartsEmpty: true})
 	if err := recoverEmbedded(ctx, eng, fence, ownWorkers, log); err != nil {
 		return nil, fmt.Errorf("embedded mode: %w", err)
 	}
