@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/streams"
 )
 
 // Claim takes the jobs of the entries a worker read, each with its lease, all in one
@@ -78,15 +79,22 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 			} else if err != nil {
 				return err
 			}
+			update := store.JobUpdate{
+				To:         store.JobClaimed,
+				Attempts:   &attempts,
+				WorkerID:   &p.WorkerID,
+				OwnerPool:  &p.PoolID,
+				LeaseToken: &lease.Token,
+				Now:        now,
+			}
+			if streams.IsEntryID(c.item.MessageID) {
+				// The entry the worker read is the job's live entry: its enqueued mark, 100 ms
+				// behind the submit, has often not landed yet, and a Redis recovery would
+				// otherwise not know the entry and publish the job again.
+				update.StreamID = &c.item.MessageID
+			}
 			plans = append(plans, plan{job: job, actor: actor, steps: []step{{
-				update: store.JobUpdate{
-					To:         store.JobClaimed,
-					Attempts:   &attempts,
-					WorkerID:   &p.WorkerID,
-					OwnerPool:  &p.PoolID,
-					LeaseToken: &lease.Token,
-					Now:        now,
-				},
+				update: update,
 				// The grant of the job's lease is recorded here, not in a row of its own.
 				details: map[string]any{"attempt": attempts, "node_id": p.NodeID, "message_id": c.item.MessageID,
 					"lease": leases.GrantDetails(lease)},

@@ -227,6 +227,44 @@ func TestRecoverRedis(t *testing.T) {
 		require.Equal(t, want, b.streamJobs(t, "noop"))
 	})
 
+	t.Run("ClaimedBeforeItsMarkLanded", func(t *testing.T) {
+		// A job claimed within markDelay of its submit, as most are under load: its mark then
+		// matches nothing, and the claim records the entry the worker read. A recovery finds
+		// that entry and leaves the job alone.
+		t.Parallel()
+		b := setup(t)
+		b.recover(t) // the first run: the group and the marker
+		job, _, err := b.store.JobInsert(ctx, store.JobInsertParams{ID: uid("job"), Type: "noop", Agent: "tester",
+			MaxAttempts: 2, Now: b.clock.Now()})
+		require.NoError(t, err)
+		_, err = b.streams.Publish(ctx, []streams.Message{{Stream: "noop", JobID: job.ID, Type: "noop"}})
+		require.NoError(t, err)
+		ds, err := b.streams.Read(ctx, streams.ReadParams{Group: streams.GroupName("noop"), Consumer: "w1",
+			Streams: []string{"noop"}, Count: 10, Block: 10 * time.Millisecond})
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		c, err := b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", Items: []engine.ClaimItem{
+			{JobID: job.ID, Stream: "noop", MessageID: ds[0].ID}}})
+		require.NoError(t, err)
+		require.Len(t, c.Claimed, 1)
+		require.Equal(t, ds[0].ID, b.reload(t, job.ID).StreamID, "the claim records the entry")
+
+		require.NoError(t, b.streams.SetMarker(ctx, "recovering:0123456789abcdef")) // a recovery is due
+		rec := b.recover(t)
+		require.Equal(t, 1, rec.Present)
+		require.Zero(t, rec.Republished)
+		require.Equal(t, []string{job.ID}, b.streamJobs(t, "noop"), "no second entry")
+
+		// A message id that is no entry id is not recorded: the recovery could not look it up.
+		other, _, err := b.store.JobInsert(ctx, store.JobInsertParams{ID: uid("job"), Type: "noop", Agent: "tester",
+			MaxAttempts: 2, Now: b.clock.Now()})
+		require.NoError(t, err)
+		_, err = b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", Items: []engine.ClaimItem{
+			{JobID: other.ID, Stream: "noop", MessageID: "not-an-entry"}}})
+		require.NoError(t, err)
+		require.Empty(t, b.reload(t, other.ID).StreamID)
+	})
+
 	t.Run("InterruptedRecoveryIsRedone", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

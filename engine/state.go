@@ -157,6 +157,7 @@ func mergeUpdate(dst *store.JobUpdate, u store.JobUpdate) {
 	pick(&dst.OwnerPool, u.OwnerPool)
 	pick(&dst.WorkerID, u.WorkerID)
 	pick(&dst.LeaseToken, u.LeaseToken)
+	pick(&dst.StreamID, u.StreamID)
 	pick(&dst.LastError, u.LastError)
 	pick(&dst.StartedAt, u.StartedAt)
 	pick(&dst.FinishedAt, u.FinishedAt)
@@ -195,6 +196,9 @@ func applyUpdate(j *store.Job, u store.JobUpdate) {
 	}
 	if u.LeaseToken != nil {
 		j.LeaseToken = *u.LeaseToken
+	}
+	if u.StreamID != nil {
+		j.StreamID = *u.StreamID
 	}
 	if u.Result != nil {
 		j.Result = u.Result

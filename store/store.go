@@ -143,11 +143,14 @@ type JobUpdate struct {
 	OwnerPool   *string
 	WorkerID    *string
 	LeaseToken  *string
-	Result      json.RawMessage // nil: unchanged
-	LastError   *string
-	StartedAt   *time.Time // a pointer to the zero time clears it (NULL), e.g. for a retry
-	FinishedAt  *time.Time // likewise
-	Now         time.Time  // updated_at
+	// StreamID names the job's live stream entry: a claim sets the entry its worker read,
+	// which the job's enqueued mark may not have recorded yet (a Redis recovery looks for it).
+	StreamID   *string
+	Result     json.RawMessage // nil: unchanged
+	LastError  *string
+	StartedAt  *time.Time // a pointer to the zero time clears it (NULL), e.g. for a retry
+	FinishedAt *time.Time // likewise
+	Now        time.Time  // updated_at
 }
 
 // JobEnqueued records that a job was published for a given attempt count. The mark applies only

@@ -184,6 +184,18 @@ func (c *Client) JobEntries(ctx context.Context, stream, start string, count int
 	return jobIDs, next, err
 }
 
+// IsEntryID reports whether id is a stream entry id, "ms-seq" with both parts decimal and
+// within 64 bits: what Redis hands out, and what XRANGE takes.
+func IsEntryID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return err1 == nil && err2 == nil
+}
+
 // nextEntryID is the smallest entry id after id ("ms-seq"), the start of the next page of an
 // inclusive XRANGE (the exclusive "(" form is Redis 6.2 and later only, and not in the
 // embedded mode's Redis).

@@ -221,3 +221,14 @@ func TestJobEntries(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ids, "no such stream")
 }
+
+func TestIsEntryID(t *testing.T) {
+	t.Parallel()
+	for id, want := range map[string]bool{
+		"1700000000000-0": true, "0-1": true, "18446744073709551615-18446744073709551615": true,
+		"": false, "1700000000000": false, "-": false, "1-": false, "-1": false, "a-1": false,
+		"1-2-3": false, "+1-2": false, "18446744073709551616-0": false, "*": false,
+	} {
+		require.Equal(t, want, streams.IsEntryID(id), id)
+	}
+}

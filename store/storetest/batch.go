@@ -82,10 +82,10 @@ func testUpdateMany(t *testing.T, b *bundle) {
 	at := b.now.Add(3 * time.Second)
 	// Two shapes: three claims with per-job attempts and tokens, one cancel.
 	us := []store.JobUpdate{
-		{ID: ids[2], From: store.JobPending, To: store.JobClaimed, Attempts: new(3), WorkerID: new("w"), LeaseToken: new("t2"), Now: at},
-		{ID: ids[0], From: store.JobPending, To: store.JobClaimed, Attempts: new(1), WorkerID: new("w"), LeaseToken: new("t0"), Now: at},
+		{ID: ids[2], From: store.JobPending, To: store.JobClaimed, Attempts: new(3), WorkerID: new("w"), LeaseToken: new("t2"), StreamID: new("1-2"), Now: at},
+		{ID: ids[0], From: store.JobPending, To: store.JobClaimed, Attempts: new(1), WorkerID: new("w"), LeaseToken: new("t0"), StreamID: new("1-0"), Now: at},
 		{ID: ids[3], From: store.JobPending, To: store.JobCancelled, FinishedAt: &at, Now: at},
-		{ID: ids[1], From: store.JobPending, To: store.JobClaimed, Attempts: new(2), WorkerID: new("w"), LeaseToken: new("t1"), Now: at},
+		{ID: ids[1], From: store.JobPending, To: store.JobClaimed, Attempts: new(2), WorkerID: new("w"), LeaseToken: new("t1"), StreamID: new("1-1"), Now: at},
 	}
 	require.NoError(t, b.s.WithTx(ctx, func(tx store.Tx) error { return tx.JobUpdateMany(ctx, us) }))
 	for i := range 3 {
@@ -93,6 +93,7 @@ func testUpdateMany(t *testing.T, b *bundle) {
 		require.Equal(t, store.JobClaimed, got.Status)
 		require.Equal(t, i+1, got.Attempts)
 		require.Equal(t, fmt.Sprintf("t%d", i), got.LeaseToken)
+		require.Equal(t, fmt.Sprintf("1-%d", i), got.StreamID)
 		require.Equal(t, "w", got.WorkerID)
 		requireTime(t, at, got.UpdatedAt, "updated_at")
 	}

@@ -83,6 +83,9 @@ func JobSet(u store.JobUpdate, enc Encoding) []Assign {
 	if u.LeaseToken != nil {
 		add("lease_token", *u.LeaseToken)
 	}
+	if u.StreamID != nil {
+		add("stream_id", *u.StreamID)
+	}
 	if u.Result != nil {
 		add("result", string(u.Result))
 	}
