@@ -187,23 +187,25 @@ func (c *Client) JobEntries(ctx context.Context, stream, start string, count int
 // IsEntryID reports whether id is a stream entry id, "ms-seq" with both parts decimal and
 // within 64 bits: what Redis hands out, and what XRANGE takes.
 func IsEntryID(id string) bool {
-	ms, seq, ok := strings.Cut(id, "-")
-	if !ok {
-		return false
-	}
-	_, err1 := strconv.ParseUint(ms, 10, 64)
-	_, err2 := strconv.ParseUint(seq, 10, 64)
-	return err1 == nil && err2 == nil
+	_, _, ok := parseEntryID(id)
+	return ok
+}
+
+// parseEntryID splits a stream entry id "ms-seq"; ok is false when id is not one.
+func parseEntryID(id string) (ms, seq uint64, ok bool) {
+	a, b, found := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseUint(a, 10, 64)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	return ms, seq, found && err1 == nil && err2 == nil
 }
 
 // nextEntryID is the smallest entry id after id ("ms-seq"), the start of the next page of an
 // inclusive XRANGE (the exclusive "(" form is Redis 6.2 and later only, and not in the
 // embedded mode's Redis).
 func nextEntryID(id string) (string, error) {
-	ms, seq, ok := strings.Cut(id, "-")
-	n, err := strconv.ParseUint(seq, 10, 64)
-	if !ok || err != nil {
+	ms, seq, ok := parseEntryID(id)
+	if !ok {
 		return "", fmt.Errorf("stream entry id %q is not ms-seq", id)
 	}
-	return ms + "-" + strconv.FormatUint(n+1, 10), nil
+	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10), nil
 }
