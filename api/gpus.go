@@ -14,7 +14,7 @@ import (
 // and GPUs whose telemetry is not fresh.
 func (s *Server) listGPUs(c *gin.Context) {
 	node := c.Query("node_id")
-	if node != "" && !workerIDRE.MatchString(node) {
+	if node != "" && !workerIDPattern.MatchString(node) {
 		s.writeError(c, badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -"))
 		return
 	}

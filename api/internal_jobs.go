@@ -3,13 +3,13 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/ident"
 )
 
 // MaxItemsPerCall bounds the jobs, results and in-flight ids of one worker call, so one call is
@@ -17,9 +17,9 @@ import (
 const MaxItemsPerCall = 1000
 
 var (
-	workerIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-	// streamRefRE bounds the stream name and entry id a worker echoes back (only logged and audited).
-	streamRefRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{0,256}$`)
+	workerIDPattern = ident.Pattern{Min: 1, Max: 128}
+	// streamRefPattern bounds the stream name and entry id a worker echoes back (only logged and audited).
+	streamRefPattern = ident.Pattern{Min: 0, Max: 256}
 )
 
 // claim handles POST /internal/jobs/claim.
@@ -70,24 +70,23 @@ func validateClaim(req client.ClaimRequest) error {
 	if err := validateWorker(req.WorkerID); err != nil {
 		return err
 	}
-	if req.PoolID != "" && !workerIDRE.MatchString(req.PoolID) {
+	if req.PoolID != "" && !workerIDPattern.MatchString(req.PoolID) {
 		return badRequest("pool_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	}
-	if req.NodeID != "" && !workerIDRE.MatchString(req.NodeID) {
+	if req.NodeID != "" && !workerIDPattern.MatchString(req.NodeID) {
 		return badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	}
 	if len(req.Jobs) > MaxItemsPerCall {
 		return badRequest("jobs", "at most %d per call, got %d", MaxItemsPerCall, len(req.Jobs))
 	}
 	for i, it := range req.Jobs {
-		field := fmt.Sprintf("jobs[%d]", i)
 		switch {
 		case !engine.JobIDPattern.MatchString(it.JobID):
-			return badRequest(field+".job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-		case !streamRefRE.MatchString(it.Stream):
-			return badRequest(field+".stream", "must be at most 256 of A-Z a-z 0-9 . _ : -")
-		case !streamRefRE.MatchString(it.MessageID):
-			return badRequest(field+".message_id", "must be at most 256 of A-Z a-z 0-9 . _ : -")
+			return badRequest(itemField("jobs", i, "job_id"), "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		case !streamRefPattern.MatchString(it.Stream):
+			return badRequest(itemField("jobs", i, "stream"), "must be at most 256 of A-Z a-z 0-9 . _ : -")
+		case !streamRefPattern.MatchString(it.MessageID):
+			return badRequest(itemField("jobs", i, "message_id"), "must be at most 256 of A-Z a-z 0-9 . _ : -")
 		}
 	}
 	if err := validateResults(req.Results); err != nil {
@@ -165,19 +164,24 @@ func validateResults(results []client.JobResult) error {
 		return badRequest("results", "at most %d per call, got %d", MaxItemsPerCall, len(results))
 	}
 	for i, r := range results {
-		field := fmt.Sprintf("results[%d]", i)
 		switch {
 		case !engine.JobIDPattern.MatchString(r.JobID):
-			return badRequest(field+".job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+			return badRequest(itemField("results", i, "job_id"), "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 		case r.Status != client.ResultDone && r.Status != client.ResultFailed:
-			return badRequest(field+".status", "must be %q or %q", client.ResultDone, client.ResultFailed)
+			return badRequest(itemField("results", i, "status"), "must be %q or %q", client.ResultDone, client.ResultFailed)
 		case r.Attempt < 0:
-			return badRequest(field+".attempt", "must not be negative")
+			return badRequest(itemField("results", i, "attempt"), "must not be negative")
 		case r.ElapsedUS < 0 || r.ElapsedUS > maxElapsed.Microseconds():
-			return badRequest(field+".elapsed_us", "must be between 0 and %d", maxElapsed.Microseconds())
+			return badRequest(itemField("results", i, "elapsed_us"), "must be between 0 and %d", maxElapsed.Microseconds())
 		}
 	}
 	return nil
+}
+
+// itemField names a field of item i of a list ("results[3].status"). Only an error spells it
+// out: the valid items of a worker call, up to a thousand, cost no formatting.
+func itemField(list string, i int, field string) string {
+	return fmt.Sprintf("%s[%d].%s", list, i, field)
 }
 
 // maxElapsed bounds a result's elapsed_us: no attempt runs longer than the longest timeout.
@@ -187,7 +191,7 @@ func validateWorker(id string) error {
 	if id == "" {
 		return badRequest("worker_id", "is required")
 	}
-	if !workerIDRE.MatchString(id) {
+	if !workerIDPattern.MatchString(id) {
 		return badRequest("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	}
 	return nil

@@ -63,7 +63,7 @@ func renewParams(req client.RenewRequest) (leases.RenewParams, error) {
 	if err := validateWorker(req.WorkerID); err != nil {
 		return leases.RenewParams{}, err
 	}
-	if req.NodeID != "" && !workerIDRE.MatchString(req.NodeID) {
+	if req.NodeID != "" && !workerIDPattern.MatchString(req.NodeID) {
 		return leases.RenewParams{}, badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	}
 	if len(req.Tokens) > leases.MaxRenewTokens {

@@ -86,7 +86,7 @@ func grantParams(id Identity, req client.LeaseRequest) (leases.GrantParams, erro
 		return p, badRequest("agent", "is required")
 	case !engine.AgentPattern.MatchString(p.Agent):
 		return p, badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-	case p.NodeID != "" && !workerIDRE.MatchString(p.NodeID):
+	case p.NodeID != "" && !workerIDPattern.MatchString(p.NodeID):
 		return p, badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	case p.Mode == store.LeaseGPU && (p.MemoryMB < 1 || p.MemoryMB > leaseMaxMemoryMB):
 		return p, badRequest("min_memory_mb", "must be in 1..%d for a gpu lease", leaseMaxMemoryMB)
@@ -176,7 +176,7 @@ func checkLeaseList(p *store.LeaseListParams, id Identity, limit string) error {
 	switch {
 	case p.Agent != "" && !engine.AgentPattern.MatchString(p.Agent):
 		return badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-	case p.NodeID != "" && !workerIDRE.MatchString(p.NodeID):
+	case p.NodeID != "" && !workerIDPattern.MatchString(p.NodeID):
 		return badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	case p.JobID != "" && !engine.JobIDPattern.MatchString(p.JobID):
 		return badRequest("job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")

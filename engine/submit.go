@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/tracing"
@@ -36,10 +36,10 @@ const (
 )
 
 // JobIDPattern is what a client-supplied job id must match.
-var JobIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+var JobIDPattern = ident.Pattern{Min: 1, Max: 128}
 
 // AgentPattern is what an agent name must match (tokens bind agent names too).
-var AgentPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+var AgentPattern = ident.Pattern{Min: 1, Max: 128}
 
 // Submit validates p and inserts the job (pending) and its audit row in one transaction, then
 // publishes the job to its type's stream; its enqueued mark is written a moment later (see

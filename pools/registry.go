@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 
+	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -19,7 +19,7 @@ const (
 	maxTelemetryBytes = 256 << 10
 )
 
-var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+var workerIDPattern = ident.Pattern{Min: 1, Max: 128}
 
 // RegisterParams is a worker's registration (POST /internal/workers/register).
 type RegisterParams struct {
@@ -133,7 +133,7 @@ func (s *Service) HeartbeatWorker(ctx context.Context, p HeartbeatParams) (Instr
 // DeregisterWorker forgets a worker that exits cleanly. Deregistering an unknown worker is not
 // an error (the call may be repeated after a lost answer).
 func (s *Service) DeregisterWorker(ctx context.Context, id string) error {
-	if !workerIDRE.MatchString(id) {
+	if !workerIDPattern.MatchString(id) {
 		return invalid("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	}
 	var poolID string
@@ -180,11 +180,11 @@ func poolInstruction(ctx context.Context, tx store.Tx, poolID string, own store.
 
 func validateRegister(p RegisterParams) error {
 	switch {
-	case !workerIDRE.MatchString(p.WorkerID):
+	case !workerIDPattern.MatchString(p.WorkerID):
 		return invalid("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-	case p.PoolID != "" && !workerIDRE.MatchString(p.PoolID):
+	case p.PoolID != "" && !workerIDPattern.MatchString(p.PoolID):
 		return invalid("pool_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-	case p.NodeID != "" && !workerIDRE.MatchString(p.NodeID):
+	case p.NodeID != "" && !workerIDPattern.MatchString(p.NodeID):
 		return invalid("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	case !nameRE.MatchString(p.Hostname):
 		return invalid("hostname", "must be at most 128 printable characters")
@@ -203,7 +203,7 @@ func validateRegister(p RegisterParams) error {
 
 func validateHeartbeat(p HeartbeatParams) error {
 	switch {
-	case !workerIDRE.MatchString(p.WorkerID):
+	case !workerIDPattern.MatchString(p.WorkerID):
 		return invalid("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
 	case p.Status != store.WorkerIdle && p.Status != store.WorkerExecuting && p.Status != store.WorkerDraining:
 		return invalid("status", "must be idle, executing or draining")

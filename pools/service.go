@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -30,7 +31,7 @@ const (
 )
 
 var (
-	poolIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,100}$`)
+	poolIDPattern = ident.Pattern{Min: 1, Max: 100}
 	// nameRE bounds the free-text names of a pool (agent, model, adapter, variant).
 	nameRE = regexp.MustCompile(`^[^\x00-\x1f\x7f]{0,128}$`)
 )
@@ -227,7 +228,7 @@ func invalid(field, format string, args ...any) error {
 // validateCreate checks a pool's spec (400s naming the field) and returns it, types sorted.
 func (s *Service) validateCreate(p CreateParams) (store.PoolSpec, error) {
 	switch {
-	case !poolIDRE.MatchString(p.PoolID):
+	case !poolIDPattern.MatchString(p.PoolID):
 		return store.PoolSpec{}, invalid("pool_id", "must be 1 to %d of A-Z a-z 0-9 . _ : -", poolIDMax)
 	case p.Agent == "" || !nameRE.MatchString(p.Agent):
 		return store.PoolSpec{}, invalid("agent_name", "is required: 1 to 128 printable characters")
