@@ -177,7 +177,11 @@ func clearNotDue(ctx context.Context, tx store.Tx, refused []Refusal, byID map[s
 // leaseParams is the lease of one attempt of job by the claiming worker: a gpu lease of the
 // job's memory on the worker's node, or a cpu lease; held for the job's agent.
 func (e *Engine) leaseParams(job *store.Job, p ClaimParams, attempt int) leases.GrantParams {
-	meta, _ := json.Marshal(map[string]any{"worker_id": p.WorkerID, "pool_id": p.PoolID, "attempt": attempt})
+	meta, _ := json.Marshal(struct { // as submittedEvent's details: a struct, keys sorted
+		Attempt  int    `json:"attempt"`
+		PoolID   string `json:"pool_id"`
+		WorkerID string `json:"worker_id"`
+	}{attempt, p.PoolID, p.WorkerID})
 	lp := leases.GrantParams{
 		Agent: job.Agent, JobID: job.ID, NodeID: p.NodeID, Mode: store.LeaseCPU, Metadata: meta,
 	}

@@ -300,6 +300,9 @@ func TestComplete(t *testing.T) {
 		require.Equal(t, []string{engine.EventSubmitted, "job.pending->claimed", "job.claimed->running",
 			"job.running->done"}, b.auditTypes(t, job.ID))
 		require.Equal(t, store.LeaseReleased, b.lease(t, tok).Status, "completion releases the lease")
+		require.JSONEq(t, fmt.Sprintf(`{"agent":"tester","max_attempts":%d,"type":"noop"}`, job.MaxAttempts),
+			string(b.auditEvent(t, job.ID, engine.EventSubmitted).Details))
+		require.JSONEq(t, `{"attempt":1,"pool_id":"","worker_id":"w1"}`, string(b.lease(t, tok).Metadata))
 		// The job's rows record its lease: the claim its grant, the last transition its release.
 		claimed := b.auditEvent(t, job.ID, "job.pending->claimed")
 		require.Equal(t, tok, claimed.LeaseToken)

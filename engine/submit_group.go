@@ -59,7 +59,13 @@ func (r *submitReq) insertParams(now time.Time) store.JobInsertParams {
 }
 
 func (r *submitReq) submittedEvent(job store.Job, now time.Time) store.AuditEvent {
-	details, _ := json.Marshal(map[string]any{"type": r.p.Type, "agent": r.p.Agent, "max_attempts": r.p.MaxAttempts})
+	// A struct, not a map: its fields in the keys' sorted order write the same JSON at a
+	// fraction of the cost, once per job.
+	details, _ := json.Marshal(struct {
+		Agent       string `json:"agent"`
+		MaxAttempts int    `json:"max_attempts"`
+		Type        string `json:"type"`
+	}{r.p.Agent, r.p.MaxAttempts, r.p.Type})
 	return store.AuditEvent{TS: now, EventType: EventSubmitted, JobID: job.ID, Actor: r.p.Actor, Details: details}
 }
 
