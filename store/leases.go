@@ -144,9 +144,10 @@ type GPUExecutor interface {
 	GPUList(ctx context.Context, nodeID string) ([]GPUCapacity, error)
 	// GPULockNode is GPUList of one node inside a transaction that locks the node's GPU rows
 	// (SELECT … FOR UPDATE) before it sums the reservations, so that lease grants on one node
-	// are serialized across every orchestrator instance. The sums are a consistent read: under
-	// REPEATABLE READ the transaction's snapshot is taken at its first consistent read, so call
-	// GPULockNode before any non-locking read of the transaction, and the sums then include
-	// every grant committed before the lock was obtained.
+	// are serialized across every orchestrator instance. The sums are a consistent read, which
+	// then includes every grant committed before the lock was obtained: under READ COMMITTED
+	// (the MariaDB store's sessions) every statement reads the latest committed rows; under
+	// REPEATABLE READ (a DSN that asks for it) the transaction's snapshot is taken at its first
+	// consistent read, so call GPULockNode before any non-locking read of the transaction.
 	GPULockNode(ctx context.Context, nodeID string) ([]GPUCapacity, error)
 }

@@ -53,7 +53,7 @@ func openBackends(ctx context.Context, cfg *config.Config, log *slog.Logger) (*b
 	return &backends{
 		store:    st,
 		redis:    rdb,
-		describe: "MariaDB " + redactDSN(cfg.MySQLDSN) + ", Redis " + cfg.RedisAddr,
+		describe: "MariaDB " + redactDSN(cfg.MySQLDSN) + " (transactions " + st.Isolation() + "), Redis " + cfg.RedisAddr,
 		database: api.CheckMySQL,
 		close: func() {
 			_ = rdb.Close()

@@ -74,6 +74,40 @@ func TestOpen(t *testing.T) {
 		require.True(t, got.AvailableAt.Equal(got.CreatedAt), "zero AvailableAt means Now")
 	})
 
+	t.Run("ReadCommitted", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, mysql.Options{})
+		require.Equal(t, "READ-COMMITTED", s.Isolation())
+		// A transaction's second read sees a row another session committed after its first.
+		insertJob(t, s, "rc")
+		err := s.WithTx(t.Context(), func(tx store.Tx) error {
+			j, err := tx.JobGet(t.Context(), "rc")
+			require.NoError(t, err)
+			require.Equal(t, store.JobPending, j.Status)
+			require.NoError(t, s.JobUpdateMany(t.Context(), []store.JobUpdate{{ID: "rc", From: store.JobPending,
+				To: store.JobCancelled, Now: time.Now()}}))
+			j, err = tx.JobGet(t.Context(), "rc")
+			require.NoError(t, err)
+			require.Equal(t, store.JobCancelled, j.Status, "the second read is of the latest committed row")
+			return nil
+		})
+		require.NoError(t, err)
+	})
+
+	t.Run("IsolationOfTheDSN", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := gomysql.ParseDSN(testenv.MySQLDSN(t))
+		require.NoError(t, err)
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["tx_isolation"] = "'REPEATABLE-READ'"
+		s, err := mysql.Open(t.Context(), cfg.FormatDSN(), mysql.Options{})
+		require.NoError(t, err)
+		defer s.Close()
+		require.Equal(t, "REPEATABLE-READ (set by the DSN (tx_isolation))", s.Isolation())
+	})
+
 	t.Run("NoDatabaseName", func(t *testing.T) {
 		t.Parallel()
 		_, err := mysql.Open(t.Context(), "root@tcp(127.0.0.1:3306)/", mysql.Options{})
@@ -186,11 +220,20 @@ func TestErrorMapping(t *testing.T) {
 
 func TestInsertDuplicateAfterSnapshot(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t, mysql.Options{})
+	// Under REPEATABLE READ (which a DSN may ask for) the transaction's snapshot predates the
+	// other insert; the duplicate path must still find the committed row instead of reporting
+	// it missing.
+	cfg, err := gomysql.ParseDSN(testenv.MySQLDSN(t))
+	require.NoError(t, err)
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["tx_isolation"] = "'REPEATABLE-READ'"
+	s, err := mysql.Open(t.Context(), cfg.FormatDSN(), mysql.Options{})
+	require.NoError(t, err)
+	defer s.Close()
 
-	// The transaction's REPEATABLE READ snapshot predates the other insert; the duplicate path
-	// must still find the committed row instead of reporting it missing.
-	err := s.WithTx(t.Context(), func(tx store.Tx) error {
+	err = s.WithTx(t.Context(), func(tx store.Tx) error {
 		_, err := tx.JobGet(t.Context(), "snap")
 		require.ErrorIs(t, err, store.ErrNotFound)
 		other := insertJob(t, s, "snap") // another connection, committed at once

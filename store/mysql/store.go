@@ -68,8 +68,9 @@ func (o Options) withDefaults() Options {
 // Store is the MariaDB store.Store. It is safe for concurrent use.
 type Store struct {
 	executor
-	db   *sql.DB
-	opts Options
+	db        *sql.DB
+	opts      Options
+	isolation string // Isolation
 }
 
 var (
@@ -84,7 +85,9 @@ var (
 // with unchanged values is not mistaken for a conflict), interpolateParams=true (one round
 // trip per statement instead of prepare + execute + close) and multiStatements=true (a
 // transaction sends several statements in one round trip: txconn.go). Every argument is
-// interpolated by the driver, escaped; no statement is built from input.
+// interpolated by the driver, escaped; no statement is built from input. Sessions run at READ
+// COMMITTED unless the DSN or the server's binary log says otherwise (isolation.go; Isolation
+// tells which).
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -102,11 +105,42 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
+	opts = opts.withDefaults()
+	sqlDB, err := connect(ctx, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	logBin, format, err := binlogSettings(ctx, sqlDB)
+	if err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("open mysql store: %w", err)
+	}
+	choice := chooseIsolation(cfg.Params, logBin, format)
+	if choice.set {
+		// The pool's sessions take the level when they connect: start it again with it.
+		sqlDB.Close()
+		cfg.Params[readCommittedParam] = "'READ-COMMITTED'"
+		if sqlDB, err = connect(ctx, cfg, opts); err != nil {
+			return nil, err
+		}
+	}
+	level, err := sessionIsolation(ctx, sqlDB)
+	if err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("open mysql store: %w", err)
+	}
+	if choice.why != "" {
+		level += " (" + choice.why + ")"
+	}
+	return &Store{executor: executor{q: sqlDB}, db: sqlDB, opts: opts, isolation: level}, nil
+}
+
+// connect opens the pool of cfg and checks that the server answers.
+func connect(ctx context.Context, cfg *mysql.Config, opts Options) (*sql.DB, error) {
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open mysql store: %w", err)
 	}
-	opts = opts.withDefaults()
 	sqlDB := sql.OpenDB(connector)
 	sqlDB.SetMaxOpenConns(opts.MaxOpenConns)
 	sqlDB.SetMaxIdleConns(opts.MaxIdleConns)
@@ -115,8 +149,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		sqlDB.Close()
 		return nil, fmt.Errorf("open mysql store: connect to %s: %w", cfg.Addr, err)
 	}
-	return &Store{executor: executor{q: sqlDB}, db: sqlDB, opts: opts}, nil
+	return sqlDB, nil
 }
+
+// Isolation is the sessions' transaction isolation level, as the server names it
+// ("READ-COMMITTED"), with the reason when it is not the one Open sets.
+func (s *Store) Isolation() string { return s.isolation }
 
 // tx is the store.Tx of one open transaction. It must not be used after WithTx's fn returns.
 type tx struct {
@@ -146,7 +184,7 @@ func (t *tx) Flush(ctx context.Context) error {
 	return nil
 }
 
-// WithTx runs fn in one transaction (REPEATABLE READ, the server default), committing when fn
+// WithTx runs fn in one transaction (READ COMMITTED: see isolation.go), committing when fn
 // returns nil and rolling back otherwise. A deadlock or lock wait timeout, whether from fn's
 // statements or from the commit, reruns fn from the start up to Options.TxRetries times with a
 // short jittered backoff, so fn must not have side effects outside the transaction. A panic in

@@ -19,8 +19,8 @@ import (
 // statement's round trip costs the client and the server about as much CPU as the row work of
 // a small batch. txConn runs one transaction on a pinned connection and sends fewer of them:
 //
-//   - START TRANSACTION goes out with the transaction's first statement, not on its own (the
-//     snapshot of REPEATABLE READ is taken at the first read either way);
+//   - START TRANSACTION goes out with the transaction's first statement, not on its own (it
+//     reads nothing: a read view is taken by the first read either way);
 //   - blind writes (audit rows, new leases: statements whose result nobody reads and whose only
 //     failure is an error) are held and sent in front of the next statement, or in front of
 //     COMMIT;
