@@ -37,6 +37,22 @@ func setup(t testing.TB, opts mysql.Options) (*mysql.Store, string) {
 	return s, dsn
 }
 
+// repeatableRead opens a store on a fresh database with a DSN that asks for REPEATABLE READ,
+// which Open keeps.
+func repeatableRead(t *testing.T) *mysql.Store {
+	t.Helper()
+	cfg, err := gomysql.ParseDSN(testenv.MySQLDSN(t))
+	require.NoError(t, err)
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["tx_isolation"] = "'REPEATABLE-READ'"
+	s, err := mysql.Open(t.Context(), cfg.FormatDSN(), mysql.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s
+}
+
 func insertJob(t *testing.T, s store.Executor, id string) store.Job {
 	t.Helper()
 	j, inserted, err := s.JobInsert(t.Context(), store.JobInsertParams{
@@ -96,15 +112,7 @@ func TestOpen(t *testing.T) {
 
 	t.Run("IsolationOfTheDSN", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := gomysql.ParseDSN(testenv.MySQLDSN(t))
-		require.NoError(t, err)
-		if cfg.Params == nil {
-			cfg.Params = map[string]string{}
-		}
-		cfg.Params["tx_isolation"] = "'REPEATABLE-READ'"
-		s, err := mysql.Open(t.Context(), cfg.FormatDSN(), mysql.Options{})
-		require.NoError(t, err)
-		defer s.Close()
+		s := repeatableRead(t)
 		require.Equal(t, "REPEATABLE-READ (set by the DSN (tx_isolation))", s.Isolation())
 	})
 
@@ -223,17 +231,8 @@ func TestInsertDuplicateAfterSnapshot(t *testing.T) {
 	// Under REPEATABLE READ (which a DSN may ask for) the transaction's snapshot predates the
 	// other insert; the duplicate path must still find the committed row instead of reporting
 	// it missing.
-	cfg, err := gomysql.ParseDSN(testenv.MySQLDSN(t))
-	require.NoError(t, err)
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
-	}
-	cfg.Params["tx_isolation"] = "'REPEATABLE-READ'"
-	s, err := mysql.Open(t.Context(), cfg.FormatDSN(), mysql.Options{})
-	require.NoError(t, err)
-	defer s.Close()
-
-	err = s.WithTx(t.Context(), func(tx store.Tx) error {
+	s := repeatableRead(t)
+	err := s.WithTx(t.Context(), func(tx store.Tx) error {
 		_, err := tx.JobGet(t.Context(), "snap")
 		require.ErrorIs(t, err, store.ErrNotFound)
 		other := insertJob(t, s, "snap") // another connection, committed at once
