@@ -35,6 +35,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	mb.Engine.FlushMarks(t.Context()) // the publish that follows the answer
 
 	resp, err = http.Get(srv.URL + "/metrics")
 	require.NoError(t, err)

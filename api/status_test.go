@@ -33,6 +33,7 @@ func TestStatus(t *testing.T) {
 	b.submitJob(t, "alice")
 	_, _, err := b.eng.Submit(t.Context(), engine.SubmitParams{Type: "sleep", Agent: "alice", Payload: []byte(`{"ms":1}`)})
 	require.NoError(t, err)
+	b.eng.FlushMarks(t.Context()) // the publishes that follow the answers
 
 	rec := b.request(t, http.MethodGet, "/status", "alice", nil)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())

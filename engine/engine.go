@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
@@ -40,6 +41,9 @@ type Engine struct {
 	fence   Fence
 	group   submitGroup
 	marks   markQueue
+	// answered is read-held by every publish that follows its submitters' answers
+	// (submitMany); FlushMarks takes it to wait for them.
+	answered sync.RWMutex
 	// redisStartsEmpty: see Options.RedisStartsEmpty.
 	redisStartsEmpty bool
 }

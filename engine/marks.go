@@ -86,8 +86,11 @@ func (e *Engine) writeMarks(ctx context.Context, marks []store.JobEnqueued) {
 }
 
 // FlushMarks writes the queued enqueued marks now: at shutdown, once no submit is in flight,
-// and in tests.
+// and in tests. It first waits for the publishes of the submits already answered, which queue
+// their marks when their XADDs return (at most publishTimeout).
 func (e *Engine) FlushMarks(ctx context.Context) {
+	e.answered.Lock() // held by none of them once taken
+	e.answered.Unlock()
 	if marks := e.marks.take(false); len(marks) > 0 {
 		e.writeMarks(ctx, marks)
 	}

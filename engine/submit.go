@@ -44,13 +44,15 @@ var AgentPattern = ident.Pattern{Min: 1, Max: 128}
 // Submit validates p and inserts the job (pending) and its audit row in one transaction, then
 // publishes the job to its type's stream; its enqueued mark is written a moment later (see
 // markQueue). A transaction of publishInTxMin jobs or more publishes them before it commits
-// instead, and its COMMIT carries their marks (publishInTx). A job_id that exists already returns the existing job with created=false and
-// writes nothing; an existing job_id of another agent is a conflict. A failed publish is not an
-// error: the job stays unpublished and the dispatcher publishes it (the outbox).
+// instead, and its COMMIT carries their marks (publishInTx). A job_id that exists already
+// returns the existing job with created=false and writes nothing; an existing job_id of
+// another agent is a conflict. A failed publish is not an error: the job stays unpublished and
+// the dispatcher publishes it (the outbox).
 //
 // Concurrent submits are committed together (group commit, see submitGroup): Submit returns
-// once the transaction holding its job has committed and the job was published (or its
-// publish failed), never before the commit.
+// once the transaction holding its job has committed, never before. A transaction of fewer
+// than publishInTxMin jobs answers first and publishes after, so the returned job is not yet
+// marked enqueued and its entry may come a moment later (FlushMarks waits for it).
 func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, error) {
 	jt, err := e.validateSubmit(&p)
 	if err != nil {
@@ -168,12 +170,21 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 		}
 		return
 	}
-	if !inTx {
-		e.publishCommitted(ctx, jobs, reqs)
+	if inTx {
+		for i, r := range reqs {
+			r.finish(SubmitOutcome{Job: jobs[i], Created: true})
+		}
+		return
 	}
+	// The jobs are committed, so their submitters have their answer now and the publish
+	// follows: the outbox's point (the dispatcher publishes what a failed or cut-short publish
+	// leaves). An answer carries a copy of its job, whose marks the publish then sets on jobs.
+	e.answered.RLock()
+	defer e.answered.RUnlock()
 	for i, r := range reqs {
 		r.finish(SubmitOutcome{Job: jobs[i], Created: true})
 	}
+	e.publishCommitted(ctx, jobs, reqs)
 }
 
 // publishCommitted publishes jobs its submit has just committed and queues their enqueued

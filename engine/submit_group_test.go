@@ -42,7 +42,6 @@ func TestSubmitGroupCommit(t *testing.T) {
 			require.Equal(t, ids[i], job.ID)
 			require.Equal(t, store.JobPending, job.Status)
 			if isNew {
-				require.True(t, job.Enqueued, "a created job comes back published")
 				mu.Lock()
 				created[job.ID]++
 				mu.Unlock()
@@ -54,7 +53,7 @@ func TestSubmitGroupCommit(t *testing.T) {
 	for id, c := range created {
 		require.Equal(t, 1, c, "job %s answered created more than once", id)
 	}
-	b.eng.FlushMarks(ctx)
+	b.eng.FlushMarks(ctx) // after the publishes that follow the answers
 	jobs, err := b.store.JobGetMany(ctx, ids, false)
 	require.NoError(t, err)
 	require.Len(t, jobs, n-1)
