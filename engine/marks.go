@@ -89,7 +89,8 @@ func (e *Engine) writeMarks(ctx context.Context, marks []store.JobEnqueued) {
 // and in tests. It first waits for the publishes of the submits already answered, which queue
 // their marks when their XADDs return (at most publishTimeout).
 func (e *Engine) FlushMarks(ctx context.Context) {
-	e.answered.Lock() // held by none of them once taken
+	// The write lock is ours once every such publish has let go of its read lock.
+	e.answered.Lock()
 	e.answered.Unlock()
 	if marks := e.marks.take(false); len(marks) > 0 {
 		e.writeMarks(ctx, marks)
