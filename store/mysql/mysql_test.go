@@ -337,3 +337,56 @@ func TestWithTxRetry(t *testing.T) {
 		require.True(t, errors.Is(err, deadlock))
 	})
 }
+
+// TestAutocommitRerun checks that a statement outside a transaction which InnoDB picks as a
+// deadlock's victim runs again instead of failing.
+func TestAutocommitRerun(t *testing.T) {
+	t.Parallel()
+	s, dsn := setup(t, mysql.Options{})
+	ctx := t.Context()
+	insertJob(t, s, "ar-1")
+	insertJob(t, s, "ar-2")
+	raw, err := sql.Open("mysql", dsn)
+	require.NoError(t, err)
+	defer raw.Close()
+	conn, err := raw.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+
+	// A transaction heavier than the store's UPDATE (50 rows written: InnoDB rolls back the
+	// lighter party) locks ar-2. The UPDATE locks ar-1 and waits for ar-2, and the transaction
+	// then asks for ar-1.
+	_, err = conn.ExecContext(ctx, "START TRANSACTION")
+	require.NoError(t, err)
+	for range 50 {
+		_, err = conn.ExecContext(ctx, `INSERT INTO orchestrator_audit (ts, event_type, job_id, lease_token, pool_id,
+			actor, details) VALUES (NOW(6), 'test.weight', NULL, '', '', 'test', NULL)`)
+		require.NoError(t, err)
+	}
+	_, err = conn.ExecContext(ctx, "SELECT job_id FROM orchestrator_jobs WHERE job_id = 'ar-2' FOR UPDATE")
+	require.NoError(t, err)
+	updated := make(chan error, 1)
+	go func() {
+		updated <- s.JobUpdateMany(ctx, []store.JobUpdate{
+			{ID: "ar-1", From: store.JobPending, To: store.JobCancelled, Now: time.Now()},
+			{ID: "ar-2", From: store.JobPending, To: store.JobCancelled, Now: time.Now()},
+		})
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX
+			WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE '%ar-1%'`).Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, 10*time.Millisecond, "the UPDATE waits for ar-2")
+	_, err = conn.ExecContext(ctx, "SELECT job_id FROM orchestrator_jobs WHERE job_id = 'ar-1' FOR UPDATE")
+	require.NoError(t, err, "the UPDATE, not this transaction, is the deadlock's victim")
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
+
+	require.NoError(t, <-updated, "the UPDATE ran again after the deadlock")
+	for _, id := range []string{"ar-1", "ar-2"} {
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.JobCancelled, j.Status)
+	}
+}

@@ -3,7 +3,7 @@
 // Times are written in UTC, truncated to microseconds (DATETIME(6)), and read back in UTC. MySQL
 // errors are mapped to the store's sentinels at the boundary: no row is store.ErrNotFound, a
 // duplicate key (1062) is store.ErrConflict. Deadlocks (1213) and lock wait timeouts (1205)
-// inside WithTx retry the whole transaction.
+// inside WithTx retry the whole transaction; outside one, the statement (autocommit).
 package mysql
 
 import (
@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -132,7 +133,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if choice.why != "" {
 		level += " (" + choice.why + ")"
 	}
-	return &Store{executor: executor{q: sqlDB}, db: sqlDB, opts: opts, isolation: level}, nil
+	return &Store{executor: executor{q: autocommit{db: sqlDB, retries: opts.TxRetries}}, db: sqlDB, opts: opts,
+		isolation: level}, nil
 }
 
 // connect opens the pool of cfg and checks that the server answers.
@@ -195,16 +197,63 @@ func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
 		if err == nil || !retryable(err) || retry >= s.opts.TxRetries {
 			return err
 		}
-		d := txBackoffBase << retry
-		d += rand.N(d) // jitter: [d, 2d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
+		if err := backoff(ctx, retry, err); err != nil {
+			return err
 		}
 	}
+}
+
+// backoff waits before rerun retry+1 of what err (a deadlock or a lock wait timeout) rolled
+// back: txBackoffBase doubled per retry, jittered so that the two parties of a deadlock do
+// not collide again. It returns err joined with the context's error when ctx ends first.
+func backoff(ctx context.Context, retry int, err error) error {
+	d := txBackoffBase << retry
+	d += rand.N(d) // jitter: [d, 2d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return errors.Join(err, ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
+
+// autocommit is the Store's querier outside a transaction: every statement commits on its
+// own, and one that a deadlock or a lock wait timeout rolled back runs again, up to
+// Options.TxRetries times, as WithTx reruns a transaction. Rerunning is safe because the
+// server undid the whole statement; a text of several statements (none is sent this way) is
+// not rerun, as the ones before the failure have committed. A read through QueryRowContext is
+// not rerun either: its error only comes out of Scan.
+type autocommit struct {
+	db      *sql.DB
+	retries int
+}
+
+func (a autocommit) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return rerun(ctx, a, query, func() (sql.Result, error) { return a.db.ExecContext(ctx, query, args...) })
+}
+
+func (a autocommit) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return rerun(ctx, a, query, func() (*sql.Rows, error) { return a.db.QueryContext(ctx, query, args...) })
+}
+
+// rerun runs do, and again after a deadlock or a lock wait timeout (see autocommit).
+func rerun[T any](ctx context.Context, a autocommit, query string, do func() (T, error)) (T, error) {
+	for retry := 0; ; retry++ {
+		v, err := do()
+		if err == nil || !retryable(err) || retry >= a.retries || strings.Contains(query, ";") {
+			return v, err
+		}
+		if err := backoff(ctx, retry, err); err != nil {
+			var zero T
+			return zero, err
+		}
+	}
+}
+
+func (a autocommit) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return a.db.QueryRowContext(ctx, query, args...)
 }
 
 func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
