@@ -374,8 +374,8 @@ func TestAutocommitRerun(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool {
 		var n int
-		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX
-			WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE '%ar-1%'`).Scan(&n)
+		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE db = DATABASE() AND state = 'Updating' AND info LIKE 'UPDATE orchestrator_jobs%'`).Scan(&n)
 		return err == nil && n == 1
 	}, 10*time.Second, 10*time.Millisecond, "the UPDATE waits for ar-2")
 	_, err = conn.ExecContext(ctx, "SELECT job_id FROM orchestrator_jobs WHERE job_id = 'ar-1' FOR UPDATE")
