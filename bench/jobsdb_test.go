@@ -36,7 +36,7 @@ func TestJobsDB(t *testing.T) {
 	})
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), embeddedDBFile)
+		path := filepath.Join(t.TempDir(), sqlite.DBFileName)
 		_, _, err := db.MigrateSQLite(t.Context(), path, db.CmdUp, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
 		st, err := sqlite.Open(t.Context(), path, sqlite.Options{})

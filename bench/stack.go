@@ -19,10 +19,10 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
-	_ "modernc.org/sqlite" // the embedded mode's database (-embedded)
 
 	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/store/sqlite" // the embedded mode's database file, and its driver
 )
 
 // Time limits of the stack's life cycle.
@@ -113,7 +113,7 @@ func (s *stack) own(ctx context.Context, o *options, hc *http.Client) error {
 			return err
 		}
 		dataDir := filepath.Join(s.dir, "data")
-		s.sqlitePath = filepath.Join(dataDir, embeddedDBFile)
+		s.sqlitePath = filepath.Join(dataDir, sqlite.DBFileName)
 		s.info.Database = s.sqlitePath
 		backends = []string{"ORCH_DATA_DIR=" + dataDir, "ORCH_EMBEDDED_REDIS_ADDR=" + s.redisAddr,
 			"ORCH_REDIS_ADDR=" + s.redisAddr}
@@ -410,10 +410,6 @@ func openDB(dsn string) (*sql.DB, error) {
 	}
 	return db, nil
 }
-
-// embeddedDBFile is the embedded mode's database file in its data directory (the
-// orchestrator's DBFileName).
-const embeddedDBFile = "orchestrator.db"
 
 // openSQLite opens the embedded mode's database for reading, next to the orchestrator that
 // writes it (WAL lets readers in while it commits).

@@ -16,11 +16,9 @@ import (
 	_ "modernc.org/sqlite" // reads the embedded mode's database
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/store/sqlite"
 	"github.com/gpuorch/orchestrator/streams"
 )
-
-// embeddedDBFile is the database file `orchestrator dev` keeps in its data directory.
-const embeddedDBFile = "orchestrator.db"
 
 // newEmbedded prepares (but does not start) an embedded-mode deployment: no MariaDB, no
 // Redis, no tokens, only a data directory and two free loopback ports (the API and the
@@ -51,7 +49,7 @@ func newEmbedded(t *testing.T, extraConfig string) *cluster {
 		},
 	}
 	var err error
-	c.db, err = sql.Open("sqlite", filepath.Join(dataDir, embeddedDBFile)+"?_pragma=busy_timeout(10000)")
+	c.db, err = sql.Open("sqlite", filepath.Join(dataDir, sqlite.DBFileName)+"?_pragma=busy_timeout(10000)")
 	require.NoError(t, err)
 	c.db.SetMaxOpenConns(1)
 	t.Cleanup(func() { _ = c.db.Close() })

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/logging"
+	"github.com/gpuorch/orchestrator/store/sqlite"
 	"github.com/gpuorch/orchestrator/worker"
 )
 
@@ -165,5 +166,5 @@ func printBanner(out io.Writer, cfg *config.Config, addr string, types []string)
 
   Ctrl-C drains in-flight jobs and exits; starting again resumes every unfinished job.
 
-`, addr, dataDir, DBFileName, cfg.RedisAddr, devPoolID, types, gpus, example)
+`, addr, dataDir, sqlite.DBFileName, cfg.RedisAddr, devPoolID, types, gpus, example)
 }

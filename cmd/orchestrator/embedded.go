@@ -19,9 +19,6 @@ import (
 	"github.com/gpuorch/orchestrator/streams"
 )
 
-// DBFileName is the SQLite database of the embedded mode, in the data directory.
-const DBFileName = "orchestrator.db"
-
 // recoveryScanBatch is how many jobs one page of the start-up rescue reads.
 const recoveryScanBatch = 1000
 
@@ -70,7 +67,7 @@ func openEmbedded(ctx context.Context, cfg *config.Config, log *slog.Logger, own
 		}
 	}()
 
-	path := filepath.Join(dir, DBFileName)
+	path := filepath.Join(dir, sqlite.DBFileName)
 	v, _, err := db.MigrateSQLite(ctx, path, db.CmdUp, log)
 	if err != nil {
 		return nil, fmt.Errorf("embedded mode: migrate %s: %w", path, err)

@@ -51,6 +51,9 @@ import (
 	"github.com/gpuorch/orchestrator/store"
 )
 
+// DBFileName is the embedded mode's database file in its data directory.
+const DBFileName = "orchestrator.db"
+
 // Defaults of Options.
 const (
 	BusyTimeoutDefault = 5 * time.Second
