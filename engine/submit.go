@@ -170,21 +170,20 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 		}
 		return
 	}
-	if inTx {
-		for i, r := range reqs {
-			r.finish(SubmitOutcome{Job: jobs[i], Created: true})
-		}
-		return
+	// The jobs are committed, so their submitters have their answer now, and a publish that
+	// did not happen in the transaction follows: the outbox's point (the dispatcher publishes
+	// what a failed or cut-short publish leaves). An answer carries a copy of its job, whose
+	// marks the publish then sets on jobs.
+	if !inTx {
+		e.answered.RLock()
+		defer e.answered.RUnlock()
 	}
-	// The jobs are committed, so their submitters have their answer now and the publish
-	// follows: the outbox's point (the dispatcher publishes what a failed or cut-short publish
-	// leaves). An answer carries a copy of its job, whose marks the publish then sets on jobs.
-	e.answered.RLock()
-	defer e.answered.RUnlock()
 	for i, r := range reqs {
 		r.finish(SubmitOutcome{Job: jobs[i], Created: true})
 	}
-	e.publishCommitted(ctx, jobs, reqs)
+	if !inTx {
+		e.publishCommitted(ctx, jobs, reqs)
+	}
 }
 
 // publishCommitted publishes jobs its submit has just committed and queues their enqueued
