@@ -53,6 +53,7 @@ func setupAdmission(t testing.TB, limiterRedis redis.UniversalClient) (*bundle, 
 	}
 	log := slog.New(slog.DiscardHandler)
 	eng := engine.New(st, streams.New(rdb, streams.Options{Prefix: prefix}), cfg, engine.Options{Logger: log})
+	settleAtEnd(t, eng)
 	ctl, err := admission.New(st, limiterRedis, cfg, admission.Options{Prefix: prefix, Registerer: prometheus.NewRegistry(), Logger: log})
 	require.NoError(t, err)
 	set, tokens := testTokens(t)

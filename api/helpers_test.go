@@ -69,9 +69,18 @@ func newBundle(t testing.TB, st store.Store, sc *streams.Client) *bundle {
 	t.Helper()
 	cfg := testConfig(t)
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+	settleAtEnd(t, eng)
 	set, tokens := testTokens(t)
 	srv := New(Options{Engine: eng, Auth: AuthOptions{Tokens: set}, Logger: slog.New(slog.DiscardHandler)})
 	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}
+}
+
+// settleAtEnd makes the end of t wait for the publishes of eng's answered submits, which
+// follow their answers: one that landed after the test's Redis keys were deleted would leave
+// its stream behind. Cleanups run last-registered first, so this one runs before
+// testenv.RedisPrefix's.
+func settleAtEnd(t testing.TB, eng *engine.Engine) {
+	t.Cleanup(func() { eng.FlushMarks(context.Background()) })
 }
 
 // setup is the real stack: a fresh migrated MariaDB database and a Redis key prefix.
