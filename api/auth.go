@@ -14,8 +14,10 @@ type AuthOptions struct {
 	// Tokens are the accepted tokens (LoadTokens). Nil or empty: no token is configured.
 	Tokens *Tokens
 	// AllowUnauthenticatedLoopback is for dev mode: when no token is configured, requests from a
-	// loopback address are treated as admin. The caller should log loudly that it is on. Without
-	// it, and with no token configured, every authenticated route answers 401.
+	// loopback address, for a loopback Host, are treated as admin (tokenless mode, see
+	// guardRequests for what else it refuses). The caller must listen on loopback only and
+	// should log loudly that it is on. Without it, and with no token configured, every
+	// authenticated route answers 401.
 	AllowUnauthenticatedLoopback bool
 }
 
@@ -80,7 +82,9 @@ const noTokensMessage = "no API token is configured on this server: create one w
 func (s *Server) authenticate(c *gin.Context) (Identity, *Error) {
 	tokens := s.tokens.Load()
 	if tokens.Len() == 0 {
-		if s.auth.AllowUnauthenticatedLoopback && isLoopback(c.Request.RemoteAddr) {
+		// guardRequests has refused a Host that is not loopback already; checked again here so
+		// that admin is never granted without it.
+		if s.auth.AllowUnauthenticatedLoopback && isLoopback(c.Request.RemoteAddr) && loopbackHost(c.Request.Host) {
 			return Identity{Role: RoleAdmin, TokenID: loopbackTokenID}, nil
 		}
 		return Identity{}, unauthorized(noTokensMessage)

@@ -170,6 +170,7 @@ func TestAuthNoTokensConfigured(t *testing.T) {
 		srv := New(Options{Engine: down.eng, Auth: auth, Logger: slog.New(slog.DiscardHandler)})
 		req := httptest.NewRequest(http.MethodGet, "/jobs?limit=0", nil)
 		req.RemoteAddr = remote
+		req.Host = "127.0.0.1:8080"
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, req)
 		return rec

@@ -2,20 +2,16 @@ package api
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"syscall"
 
 	"github.com/gin-gonic/gin"
-	"github.com/go-sql-driver/mysql"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/streams"
 )
 
 // Error codes of client.ErrorDetail.Code.
@@ -64,11 +60,6 @@ func notFound(format string, args ...any) *Error {
 	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf(format, args...)}
 }
 
-// mysqlUnavailable are server errors that say "try again later", not "your request is wrong":
-// too many connections, lock wait timeout, deadlock (after the driver's own retries), server
-// shutting down, query interrupted.
-var mysqlUnavailable = map[uint16]bool{1040: true, 1053: true, 1205: true, 1213: true, 1317: true}
-
 // ErrorStatus maps an error to its HTTP status and error code. It is the only place that decides
 // how an internal error looks to a client.
 func ErrorStatus(err error) (status int, code string) {
@@ -98,32 +89,13 @@ func ErrorStatus(err error) (status int, code string) {
 	return http.StatusInternalServerError, CodeInternal
 }
 
-// isUnavailable reports whether err says a dependency (MariaDB, Redis) is down or overloaded.
+// isUnavailable reports whether err says a dependency cannot serve now: the store's and the
+// streams' sentinels, which their drivers mark (the API classifies no driver's errors), and
+// the request's own context ending, whichever layer was waiting when it did (the client went
+// away or its deadline passed; a 503 is logged at debug then, see logError).
 func isUnavailable(err error) bool {
-	var (
-		opErr  *net.OpError
-		netErr net.Error
-		myErr  *mysql.MySQLError
-	)
-	switch {
-	case errors.As(err, &opErr),
-		errors.Is(err, driver.ErrBadConn),
-		errors.Is(err, mysql.ErrInvalidConn),
-		errors.Is(err, redis.ErrClosed),
-		errors.Is(err, redis.ErrPoolTimeout),
-		errors.Is(err, redis.ErrPoolExhausted),
-		errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, context.Canceled),
-		errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE):
-		return true
-	case errors.As(err, &netErr) && netErr.Timeout():
-		return true
-	case errors.As(err, &myErr):
-		return mysqlUnavailable[myErr.Number]
-	}
-	return false
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, streams.ErrUnavailable) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // errorBody builds the JSON answer of err. Messages of 5xx answers are generic: the details

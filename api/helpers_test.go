@@ -97,6 +97,7 @@ func setup(t testing.TB) *bundle {
 func setupDown(t *testing.T) *bundle {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+	streams.MapErrors(rdb)
 	t.Cleanup(func() { _ = rdb.Close() })
 	return newBundle(t, downStore{}, streams.New(rdb, streams.Options{}))
 }
@@ -111,8 +112,9 @@ func closedAddr(t testing.TB) string {
 	return addr
 }
 
-// errDown is what a driver returns when the database refuses connections.
-var errDown = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+// errDown is what a driver returns when the database refuses connections: the network error,
+// marked store.ErrUnavailable.
+var errDown = store.Unavailable(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
 
 // downStore is a database that is down. Methods it does not override panic (the embedded
 // interface is nil): the engine reaches them only through WithTx, which fails first.

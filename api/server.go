@@ -150,7 +150,7 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 func (s *Server) routes() *gin.Engine {
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
-	r.Use(s.traceRequests, s.observe, s.recovery, s.logRequests)
+	r.Use(s.traceRequests, s.observe, s.recovery, s.logRequests, s.guardRequests)
 	r.NoRoute(func(c *gin.Context) {
 		s.writeError(c, notFound("no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})

@@ -88,6 +88,9 @@ func TestTLS(t *testing.T) {
 		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 		req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
 		require.NoError(t, err)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}

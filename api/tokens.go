@@ -124,7 +124,10 @@ func GenerateToken(role, agent string) (token, line string, err error) {
 
 // LoadTokens reads the tokens file at path (skipped when empty) and the records in env (the value
 // of ORCH_API_TOKENS, records separated by ";"). A malformed record fails the whole load, naming
-// its line (or its position in env). The same hash configured twice is an error.
+// its line (or its position in env). The same hash configured twice is an error, and so is a
+// tokens file, or an env, that holds no record (only blank lines or comments): tokens were
+// meant to be configured and none is, which would leave the server refusing everyone or, in
+// dev mode, admitting loopback callers as admin without a token.
 func LoadTokens(path, env string) (*Tokens, error) {
 	t := &Tokens{byHash: map[string]TokenRecord{}}
 	if path != "" {
@@ -142,12 +145,21 @@ func LoadTokens(path, env string) (*Tokens, error) {
 		if err := sc.Err(); err != nil {
 			return nil, fmt.Errorf("load tokens: read %s: %w", path, err)
 		}
+		if t.Len() == 0 {
+			return nil, fmt.Errorf("load tokens: the tokens file %s (tokens_file, ORCH_TOKENS_FILE) holds no token, "+
+				"only blank lines or comments: add a token's line (`orchestrator token create`) or unset the setting", path)
+		}
 	}
 	if env != "" {
+		before := t.Len()
 		for n, rec := range strings.Split(env, ";") {
 			if err := t.addLine(rec); err != nil {
 				return nil, fmt.Errorf("load tokens: %s record %d: %w", TokensEnv, n+1, err)
 			}
+		}
+		if t.Len() == before {
+			return nil, fmt.Errorf("load tokens: %s is set but holds no token record: add one "+
+				"(`orchestrator token create`) or unset it", TokensEnv)
 		}
 	}
 	return t, nil

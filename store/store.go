@@ -19,7 +19,29 @@ var (
 	ErrNotFound = errors.New("store: not found")
 	// ErrConflict means a compare-and-set lost (the row changed underneath) or a unique key clashed.
 	ErrConflict = errors.New("store: conflict")
+	// ErrUnavailable means the database could not serve the call now, whatever the call was:
+	// unreachable, a broken connection, too many connections, shutting down, or its locks held
+	// past the driver's own retries (a deadlock, a lock wait timeout, SQLite busy or locked).
+	// The same call may succeed later; the API answers 503. Drivers mark their errors with
+	// Unavailable.
+	ErrUnavailable = errors.New("store: unavailable")
 )
+
+// Unavailable marks err as ErrUnavailable: errors.Is(Unavailable(err), ErrUnavailable) holds,
+// and err stays in the chain with its message unchanged, for logs and for errors.As. nil and
+// an error already marked are returned as they are.
+func Unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return &unavailableError{err: err}
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string        { return e.err.Error() }
+func (e *unavailableError) Unwrap() error        { return e.err }
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
 
 // JobStatus is the state of a job. The allowed transitions live in engine (one table).
 type JobStatus string

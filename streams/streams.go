@@ -39,9 +39,10 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 	return &Client{rdb: rdb, prefix: opts.Prefix}
 }
 
-// NewRedis opens a go-redis client with the settings the stream calls rely on.
+// NewRedis opens a go-redis client with the settings the stream calls rely on. Its errors
+// that say Redis cannot serve now are marked ErrUnavailable (MapErrors).
 func NewRedis(addr, password string) *redis.Client {
-	return redis.NewClient(&redis.Options{
+	rdb := redis.NewClient(&redis.Options{
 		Addr:                  addr,
 		Password:              password,
 		ContextTimeoutEnabled: true,
@@ -51,6 +52,8 @@ func NewRedis(addr, password string) *redis.Client {
 		PoolSize:              64,
 		MinIdleConns:          4,
 	})
+	MapErrors(rdb)
+	return rdb
 }
 
 // Redis returns the underlying client.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -39,7 +40,8 @@ func devCmd() *cobra.Command {
 			"(ORCH_SIM_GPUS, default " + DevSimGPUsDefault + ") and text logs. A second orchestrator " +
 			"on the same data directory refuses to start. Ctrl-C drains in-flight jobs; a restart " +
 			"resumes every unfinished job.\n\nWhen no API token is configured it admits requests " +
-			"from loopback without a token (and says so), so it refuses to listen on other addresses then.",
+			"from loopback without a token (and says so), so it refuses to listen on other addresses then; " +
+			"a tokens file (tokens_file, ORCH_TOKENS_FILE) or ORCH_API_TOKENS that holds no token is refused.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, set := os.LookupEnv("ORCH_SIM_GPUS"); !set {
@@ -53,31 +55,34 @@ func devCmd() *cobra.Command {
 			if os.Getenv("ORCH_LOG_FORMAT") == "" {
 				cfg.LogFormat = "text"
 			}
-			if err := requireLoopback(cfg.HTTPAddr); err != nil && os.Getenv("ORCH_TOKENS_FILE") == "" && cfg.TokensFile == "" {
-				return err
-			}
 			log := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return runServer(ctx, cfg, log, serverOptions{
-				allowLoopback: true,
-				open:          embeddedOpener(func(cfg *config.Config) []string { return []string{devWorkerID(cfg)} }),
-				ready: func(ctx context.Context, eng *engine.Engine, addr string) (func(), error) {
-					w, types, err := devWorker(cfg, eng, addr)
-					if err != nil {
-						return nil, err
-					}
-					printBanner(cmd.ErrOrStderr(), cfg, addr, types)
-					done := make(chan struct{})
-					go func() {
-						defer close(done)
-						if err := w.Run(ctx); err != nil {
-							log.Error("in-process worker stopped", "error", err)
-						}
-					}()
-					return func() { <-done }, nil
-				},
-			})
+			return runServer(ctx, cfg, log, devOptions(cfg, log, cmd.ErrOrStderr()))
+		},
+	}
+}
+
+// devOptions are the serverOptions of dev mode: tokenless when no token is configured, the
+// embedded backends, and, once the API listens, the banner (on out) and the in-process worker.
+func devOptions(cfg *config.Config, log *slog.Logger, out io.Writer) serverOptions {
+	return serverOptions{
+		allowLoopback: true,
+		open:          embeddedOpener(func(cfg *config.Config) []string { return []string{devWorkerID(cfg)} }),
+		ready: func(ctx context.Context, eng *engine.Engine, self selfAPI) (func(), error) {
+			w, types, err := devWorker(cfg, eng, self)
+			if err != nil {
+				return nil, err
+			}
+			printBanner(out, cfg, self.url, types)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := w.Run(ctx); err != nil {
+					log.Error("in-process worker stopped", "error", err)
+				}
+			}()
+			return func() { <-done }, nil
 		},
 	}
 }
@@ -99,9 +104,10 @@ func requireLoopback(addr string) error {
 func devWorkerID(cfg *config.Config) string { return "dev-" + cfg.NodeID }
 
 // devWorker builds the in-process worker: it talks to this process's API over loopback, like
-// any worker, and serves every type whose handler can run with the configuration (or those
-// of worker.types when set).
-func devWorker(cfg *config.Config, eng *engine.Engine, addr string) (*worker.Worker, []string, error) {
+// any worker (over HTTPS, trusting the certificate this process serves, when the API serves
+// TLS), and serves every type whose handler can run with the configuration (or those of
+// worker.types when set).
+func devWorker(cfg *config.Config, eng *engine.Engine, self selfAPI) (*worker.Worker, []string, error) {
 	reg := worker.NewBuiltinRegistry(worker.BuiltinOptions{JobTypes: cfg.JobTypes, Commands: cfg.Worker.Commands})
 	var types []*config.JobType
 	var names []string
@@ -128,7 +134,7 @@ func devWorker(cfg *config.Config, eng *engine.Engine, addr string) (*worker.Wor
 		Batch:         cfg.Worker.Batch,
 		Block:         cfg.Worker.Block,
 		ShutdownGrace: cfg.ShutdownGrace,
-		API:           client.New("http://"+addr, cfg.Worker.APIToken),
+		API:           client.New(self.url, cfg.Worker.APIToken, client.WithTLSConfig(self.tls)),
 		Streams:       eng.Streams(),
 		Registry:      reg,
 		Logger:        logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat),
@@ -136,8 +142,9 @@ func devWorker(cfg *config.Config, eng *engine.Engine, addr string) (*worker.Wor
 	return w, names, err
 }
 
-// printBanner tells the user where everything is and how to submit a first job.
-func printBanner(out io.Writer, cfg *config.Config, addr string, types []string) {
+// printBanner tells the user where everything is and how to submit a first job. apiURL is the
+// API's base URL (http://127.0.0.1:8080).
+func printBanner(out io.Writer, cfg *config.Config, apiURL string, types []string) {
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		dataDir = cfg.DataDir
@@ -152,19 +159,19 @@ func printBanner(out io.Writer, cfg *config.Config, addr string, types []string)
 	}
 	fmt.Fprintf(out, `
   GPU Orchestrator (embedded single-node mode) is up
-    API:          http://%[1]s
+    API:          %[1]s
     data:         %[2]s  (SQLite %[3]s; ORCH_DATA_DIR)
     Redis:        %[4]s  (in-process; ORCH_EMBEDDED_REDIS_ADDR)
     workers:      in-process pool %[5]q serving %[6]v
     GPUs:         %[7]s
 
   Try it:
-    ./bin/orchctl --api-url http://%[1]s jobs submit --type %[8]s --agent demo --payload '{"ms": 500}' --wait
-    curl -s -X POST http://%[1]s/jobs/submit -H 'Content-Type: application/json' \
+    ./bin/orchctl --api-url %[1]s jobs submit --type %[8]s --agent demo --payload '{"ms": 500}' --wait
+    curl -s -X POST %[1]s/jobs/submit -H 'Content-Type: application/json' \
          -d '{"type":"%[8]s","agent":"demo","payload":{"ms":500}}'
-    ./bin/orchctl --api-url http://%[1]s jobs list
+    ./bin/orchctl --api-url %[1]s jobs list
 
   Ctrl-C drains in-flight jobs and exits; starting again resumes every unfinished job.
 
-`, addr, dataDir, sqlite.DBFileName, cfg.RedisAddr, devPoolID, types, gpus, example)
+`, apiURL, dataDir, sqlite.DBFileName, cfg.RedisAddr, devPoolID, types, gpus, example)
 }

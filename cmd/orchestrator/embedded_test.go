@@ -135,7 +135,7 @@ func TestPrintBanner(t *testing.T) {
 	cfg := embeddedConfig(t, "/srv/orch")
 	cfg.RedisAddr = "127.0.0.1:6390"
 	var out bytes.Buffer
-	printBanner(&out, cfg, "127.0.0.1:8080", []string{"noop", "sleep"})
+	printBanner(&out, cfg, "http://127.0.0.1:8080", []string{"noop", "sleep"})
 	for _, want := range []string{
 		"http://127.0.0.1:8080", "/srv/orch", "127.0.0.1:6390",
 		"orchctl --api-url http://127.0.0.1:8080 jobs submit --type sleep",
@@ -143,7 +143,7 @@ func TestPrintBanner(t *testing.T) {
 	} {
 		require.Contains(t, out.String(), want)
 	}
-	printBanner(io.Discard, cfg, "127.0.0.1:8080", []string{"noop"}) // no sleep type: still fine
+	printBanner(io.Discard, cfg, "http://127.0.0.1:8080", []string{"noop"}) // no sleep type: still fine
 }
 
 func TestEmbeddedOpener(t *testing.T) {

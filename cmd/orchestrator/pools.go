@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 
+	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/pools"
@@ -119,17 +123,26 @@ func newLocalProvisioner(cfg *config.Config, svc *pools.Service, log *slog.Logge
 	return local, nil
 }
 
-// workerAPIURL is the address local workers call: pools.worker_api_url, else http_addr with a
-// loopback host when it listens on every address (https when the API serves TLS; the workers
-// read the same tls section, and a certificate that does not name that host needs
-// pools.worker_api_url).
+// workerAPIURL is the address local workers call: pools.worker_api_url, else http_addr as
+// localAPIURL makes it (https when the API serves TLS; the workers read the same tls section,
+// and a certificate that does not name that host needs pools.worker_api_url).
 func workerAPIURL(cfg *config.Config) (string, error) {
 	if cfg.Pools.WorkerAPIURL != "" {
 		return cfg.Pools.WorkerAPIURL, nil
 	}
-	host, port, err := net.SplitHostPort(cfg.HTTPAddr)
+	u, err := localAPIURL(cfg, cfg.HTTPAddr)
 	if err != nil {
-		return "", fmt.Errorf("worker pools: derive the workers' API address from http_addr %q: %w (set pools.worker_api_url)", cfg.HTTPAddr, err)
+		return "", fmt.Errorf("worker pools: derive the workers' API address: %w (set pools.worker_api_url)", err)
+	}
+	return u, nil
+}
+
+// localAPIURL is the base URL a worker on this host calls for the API listening on addr: a
+// loopback host when addr is every address, https when the API serves TLS.
+func localAPIURL(cfg *config.Config, addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("http_addr %q: %w", addr, err)
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
@@ -139,6 +152,40 @@ func workerAPIURL(cfg *config.Config) (string, error) {
 		scheme = "https://"
 	}
 	return scheme + net.JoinHostPort(host, port), nil
+}
+
+// pinnedWorkerTLS is the TLS configuration of a worker inside this process (dev mode's): the
+// client certificate local workers present (tls.client_cert_file and client_key_file, read by
+// client.TLSConfig as cmd/worker does), and trust in exactly the certificate this process
+// serves (serverTLS's), whoever signed it and whatever names it carries: the worker calls its
+// own process, whose certificate it holds. A client CA the API requires of workers
+// (tls.require_worker_cert) needs that client certificate.
+func pinnedWorkerTLS(t config.TLS, serverTLS *tls.Config) (*tls.Config, error) {
+	if t.RequireWorkerCert && t.ClientCertFile == "" {
+		return nil, errors.New("tls.require_worker_cert: the in-process worker needs a client certificate " +
+			"signed by tls.client_ca_file: set tls.client_cert_file and tls.client_key_file (ORCH_TLS_CLIENT_CERT, ORCH_TLS_CLIENT_KEY)")
+	}
+	if len(serverTLS.Certificates) == 0 || len(serverTLS.Certificates[0].Certificate) == 0 {
+		return nil, errors.New("the API serves TLS without a certificate")
+	}
+	own := serverTLS.Certificates[0].Certificate[0]
+	out, err := client.TLSConfig("", t.ClientCertFile, t.ClientKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	// The usual verification (a chain to a root, a name) is replaced by the pin below, which
+	// is stricter: one certificate, this process's own.
+	out.InsecureSkipVerify = true
+	out.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, own) {
+			return errors.New("the API answered with a certificate other than the one this process serves")
+		}
+		return nil
+	}
+	return out, nil
 }
 
 // leaderLoop is the pools' extra loop of leaderWork: the reconciler of one term, fenced by it,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,7 +66,7 @@ type serverOptions struct {
 	// ready is called once the API listens (dev mode prints its banner and starts workers). The
 	// function it returns is called at shutdown, before the API stops, and waits for what ready
 	// started to drain (workers still need the API to report their last results).
-	ready func(ctx context.Context, eng *engine.Engine, addr string) (wait func(), err error)
+	ready func(ctx context.Context, eng *engine.Engine, self selfAPI) (wait func(), err error)
 	// open opens the store and Redis (default openBackends: MariaDB and the configured Redis;
 	// the embedded mode: SQLite and an in-process Redis).
 	open func(ctx context.Context, cfg *config.Config, log *slog.Logger) (*backends, error)
@@ -75,6 +76,16 @@ type serverOptions struct {
 // gracefully: stop accepting, finish requests within the grace, stop the loops.
 func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts serverOptions) error {
 	log.Info("starting orchestrator", "version", versionString(), "http_addr", cfg.HTTPAddr, "node_id", cfg.NodeID)
+	// Before anything opens: a tokens setting that holds no token, or a tokenless dev mode on
+	// an address other than loopback, is a configuration error.
+	auth, err := loadAuth(cfg, os.Getenv(api.TokensEnv), opts.allowLoopback)
+	if err != nil {
+		return err
+	}
+	serverTLS, err := api.ServerTLS(cfg.TLS)
+	if err != nil {
+		return err
+	}
 	open := opts.open
 	if open == nil {
 		open = openBackends
@@ -138,13 +149,11 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	}
 	defer stopAdmission()
 
-	tokens, err := api.LoadTokens(cfg.TokensFile, os.Getenv(api.TokensEnv))
-	if err != nil {
-		return err
-	}
+	tokens := auth.Tokens
 	if tokens.Len() == 0 {
-		if opts.allowLoopback {
-			log.Warn("NO API TOKENS CONFIGURED: requests from loopback are admitted as admin without a token (dev mode only)")
+		if auth.AllowUnauthenticatedLoopback {
+			log.Warn("NO API TOKENS CONFIGURED: requests from loopback, for a loopback Host, are admitted as admin " +
+				"without a token (dev mode only)")
 		} else {
 			log.Error("no API token is configured: every request will be refused with 401; create one with " +
 				"`orchestrator token create --role admin` and add its line to the tokens file (ORCH_TOKENS_FILE)")
@@ -153,7 +162,7 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	srv := api.New(api.Options{
 		Engine:    eng,
 		Config:    cfg,
-		Auth:      api.AuthOptions{Tokens: tokens, AllowUnauthenticatedLoopback: opts.allowLoopback},
+		Auth:      auth,
 		Logger:    log,
 		Leader:    el,
 		Metrics:   om.Registry,
@@ -169,10 +178,7 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	// A connection opened ahead of need waits as an idle one, not against ReadHeaderTimeout.
 	ln := api.NewListener(tcp, api.IdleTimeout)
 	hs := api.NewHTTPServer(cfg.HTTPAddr, srv.Handler())
-	if hs.TLSConfig, err = api.ServerTLS(cfg.TLS); err != nil {
-		_ = ln.Close()
-		return err
-	}
+	hs.TLSConfig = serverTLS
 	serveErr := make(chan error, 1)
 	if hs.TLSConfig != nil {
 		log.Info("API serves HTTPS", "client_ca", cfg.TLS.ClientCAFile != "", "require_worker_cert", cfg.TLS.RequireWorkerCert)
@@ -184,7 +190,11 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 
 	drain := func() {}
 	if opts.ready != nil {
-		if drain, err = opts.ready(ctx, eng, ln.Addr().String()); err != nil {
+		self, err := selfAPIOf(cfg, ln.Addr().String(), serverTLS)
+		if err == nil {
+			drain, err = opts.ready(ctx, eng, self)
+		}
+		if err != nil {
 			_ = hs.Close()
 			return err
 		}
@@ -208,6 +218,51 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	eng.FlushMarks(sctx)
 	log.Info("stopped")
 	return nil
+}
+
+// loadAuth loads the API tokens (tokens_file and env, the value of ORCH_API_TOKENS; a setting
+// that holds no token is an error, see api.LoadTokens) and decides tokenless mode: only when
+// allowLoopback (dev mode) and no token is configured by any means, and then only on a
+// loopback listen address.
+func loadAuth(cfg *config.Config, env string, allowLoopback bool) (api.AuthOptions, error) {
+	tokens, err := api.LoadTokens(cfg.TokensFile, env)
+	if err != nil {
+		return api.AuthOptions{}, err
+	}
+	tokenless := allowLoopback && tokens.Len() == 0
+	if tokenless {
+		if err := requireLoopback(cfg.HTTPAddr); err != nil {
+			return api.AuthOptions{}, err
+		}
+	}
+	return api.AuthOptions{Tokens: tokens, AllowUnauthenticatedLoopback: tokenless}, nil
+}
+
+// selfAPI is how code in this process calls its own API (dev mode's in-process worker).
+type selfAPI struct {
+	// addr is the address the API listens on.
+	addr string
+	// url is the base URL to call: https when the API serves TLS, a loopback host when it
+	// listens on every address (localAPIURL).
+	url string
+	// tls trusts exactly the certificate the API serves and presents the worker certificate
+	// of the tls section when one is configured (nil without TLS).
+	tls *tls.Config
+}
+
+// selfAPIOf describes the API listening on addr with serverTLS (nil: plain HTTP).
+func selfAPIOf(cfg *config.Config, addr string, serverTLS *tls.Config) (selfAPI, error) {
+	u, err := localAPIURL(cfg, addr)
+	if err != nil {
+		return selfAPI{}, err
+	}
+	self := selfAPI{addr: addr, url: u}
+	if serverTLS != nil {
+		if self.tls, err = pinnedWorkerTLS(cfg.TLS, serverTLS); err != nil {
+			return selfAPI{}, err
+		}
+	}
+	return self, nil
 }
 
 // migrateAtStart creates the database when missing and applies pending migrations, waiting

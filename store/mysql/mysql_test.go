@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -389,4 +391,123 @@ func TestAutocommitRerun(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, store.JobCancelled, j.Status)
 	}
+}
+
+// TestUnavailable checks that a server that cannot serve now is store.ErrUnavailable, with
+// the driver's error still in the chain: a lock held past the lock wait timeout (after the
+// reruns), and a server that went away.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+
+	t.Run("LockWaitTimeout", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := gomysql.ParseDSN(testenv.MySQLDSN(t))
+		require.NoError(t, err)
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["innodb_lock_wait_timeout"] = "1"
+		s, err := mysql.Open(t.Context(), cfg.FormatDSN(), mysql.Options{TxRetries: -1})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, s.Close()) })
+		insertJob(t, s, "held")
+
+		raw, err := sql.Open("mysql", cfg.FormatDSN())
+		require.NoError(t, err)
+		defer raw.Close()
+		conn, err := raw.Conn(t.Context())
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.ExecContext(t.Context(), "START TRANSACTION")
+		require.NoError(t, err)
+		_, err = conn.ExecContext(t.Context(), "SELECT job_id FROM orchestrator_jobs WHERE job_id = 'held' FOR UPDATE")
+		require.NoError(t, err)
+		defer func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") }()
+
+		err = s.JobUpdate(t.Context(), store.JobUpdate{ID: "held", From: store.JobPending, To: store.JobCancelled, Now: time.Now()})
+		require.ErrorIs(t, err, store.ErrUnavailable)
+		var me *gomysql.MySQLError
+		require.ErrorAs(t, err, &me)
+		require.EqualValues(t, 1205, me.Number)
+		err = s.WithTx(t.Context(), func(tx store.Tx) error {
+			_, err := tx.JobGetMany(t.Context(), []string{"held"}, true)
+			return err
+		})
+		require.ErrorIs(t, err, store.ErrUnavailable)
+
+		_, err = s.JobGet(t.Context(), "nope")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		require.NotErrorIs(t, err, store.ErrUnavailable)
+	})
+
+	t.Run("ServerGone", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := gomysql.ParseDSN(testenv.MySQLDSN(t))
+		require.NoError(t, err)
+		proxy := newProxy(t, cfg.Addr)
+		cfg.Addr = proxy.addr()
+		s, err := mysql.Open(t.Context(), cfg.FormatDSN(), mysql.Options{TxRetries: -1})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		insertJob(t, s, "before")
+
+		proxy.close() // the server is gone: connections drop, new ones are refused
+		_, err = s.JobGet(t.Context(), "before")
+		require.ErrorIs(t, err, store.ErrUnavailable)
+		_, _, err = s.JobInsert(t.Context(), store.JobInsertParams{ID: "after", Type: "noop", Agent: "a", Now: time.Now()})
+		require.ErrorIs(t, err, store.ErrUnavailable)
+		err = s.WithTx(t.Context(), func(tx store.Tx) error {
+			_, err := tx.JobGetMany(t.Context(), []string{"before"}, true)
+			return err
+		})
+		require.ErrorIs(t, err, store.ErrUnavailable)
+		require.ErrorIs(t, s.Ping(t.Context()), store.ErrUnavailable)
+	})
+}
+
+// proxy forwards TCP connections to a server until close, which drops them all and refuses
+// new ones: a database that went away, as its clients see it.
+type proxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{ln: ln}
+	t.Cleanup(p.close)
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
 }

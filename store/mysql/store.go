@@ -2,7 +2,9 @@
 //
 // Times are written in UTC, truncated to microseconds (DATETIME(6)), and read back in UTC. MySQL
 // errors are mapped to the store's sentinels at the boundary: no row is store.ErrNotFound, a
-// duplicate key (1062) is store.ErrConflict. Deadlocks (1213) and lock wait timeouts (1205)
+// duplicate key (1062) is store.ErrConflict, and a server that cannot serve now (unreachable,
+// a broken connection, too many connections, shutting down, a deadlock or lock wait timeout
+// past the reruns) is store.ErrUnavailable. Deadlocks (1213) and lock wait timeouts (1205)
 // inside WithTx retry the whole transaction; outside one, the statement (autocommit).
 package mysql
 
@@ -10,10 +12,13 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -35,6 +40,11 @@ const (
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
 )
+
+// unavailableNumbers are the server errors that say "not now", not "this request is wrong":
+// too many connections (1040), server shutting down (1053), lock wait timeout (1205) and
+// deadlock (1213) once the reruns are spent, query interrupted (1317).
+var unavailableNumbers = map[uint16]bool{1040: true, 1053: true, errLockWaitTimeout: true, errDeadlock: true, 1317: true}
 
 // txBackoffBase is the first retry delay of a deadlocked transaction; it doubles per retry and
 // is jittered so that the two parties of a deadlock do not collide again.
@@ -195,10 +205,10 @@ func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
 	for retry := 0; ; retry++ {
 		err := s.runTx(ctx, fn)
 		if err == nil || !retryable(err) || retry >= s.opts.TxRetries {
-			return err
+			return unavailable(err)
 		}
 		if err := backoff(ctx, retry, err); err != nil {
-			return err
+			return unavailable(err)
 		}
 	}
 }
@@ -231,11 +241,13 @@ type autocommit struct {
 }
 
 func (a autocommit) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return rerun(ctx, a, query, func() (sql.Result, error) { return a.db.ExecContext(ctx, query, args...) })
+	res, err := rerun(ctx, a, query, func() (sql.Result, error) { return a.db.ExecContext(ctx, query, args...) })
+	return res, unavailable(err)
 }
 
 func (a autocommit) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return rerun(ctx, a, query, func() (*sql.Rows, error) { return a.db.QueryContext(ctx, query, args...) })
+	rows, err := rerun(ctx, a, query, func() (*sql.Rows, error) { return a.db.QueryContext(ctx, query, args...) })
+	return rows, unavailable(err)
 }
 
 // rerun runs do, and again after a deadlock or a lock wait timeout (see autocommit).
@@ -290,7 +302,7 @@ func retryable(err error) bool {
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping mysql: %w", err)
+		return fmt.Errorf("ping mysql: %w", unavailable(err))
 	}
 	return nil
 }
@@ -333,5 +345,34 @@ func mapErr(err error) error {
 	if errors.As(err, &me) && me.Number == errDuplicateKey {
 		return fmt.Errorf("%w: %w", store.ErrConflict, err)
 	}
+	return unavailable(err)
+}
+
+// unavailable marks err store.ErrUnavailable when it says the server cannot serve now (see
+// isUnavailable); other errors, nil included, come back as they are. It runs where errors
+// leave the driver's statements (autocommit, txConn, mapErr) and on WithTx's result.
+func unavailable(err error) error {
+	if err != nil && isUnavailable(err) {
+		return store.Unavailable(err)
+	}
 	return err
+}
+
+// isUnavailable reports whether err says the server cannot serve now: one of
+// unavailableNumbers, a broken connection, or a network error (refused, reset, timed out).
+// The caller's own context ending is not the server's fault and is left to the caller.
+func isUnavailable(err error) bool {
+	var (
+		me     *mysql.MySQLError
+		netErr net.Error
+	)
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false // context.DeadlineExceeded is a net.Error too
+	case errors.As(err, &me):
+		return unavailableNumbers[me.Number]
+	}
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.As(err, &netErr) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

@@ -261,9 +261,10 @@ func (t *txConn) ExecContext(ctx context.Context, query string, args ...any) (sq
 		return nil, t.err
 	}
 	if err := t.flushIfLarge(ctx, query, args); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
-	return t.exec(ctx, t.fold(query, args))
+	res, err := t.exec(ctx, t.fold(query, args))
+	return res, unavailable(err)
 }
 
 // QueryContext runs query with whatever is folded into it; the rows are query's (the driver
@@ -273,14 +274,14 @@ func (t *txConn) QueryContext(ctx context.Context, query string, args ...any) (*
 		return nil, t.err
 	}
 	if err := t.sendDeferred(ctx); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	if err := t.flushIfLarge(ctx, query, args); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	p := t.fold(query, args)
 	rows, err := t.conn.QueryContext(ctx, p.query, p.args...)
-	return rows, foldErr(err, p.whats)
+	return rows, unavailable(foldErr(err, p.whats))
 }
 
 // QueryRowContext is QueryContext for one row; Scan reports a held write's error. It always

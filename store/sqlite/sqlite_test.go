@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sqlitedrv "modernc.org/sqlite"
 
 	"github.com/gpuorch/orchestrator/db"
 	"github.com/gpuorch/orchestrator/store"
@@ -253,6 +254,8 @@ func TestWithTx(t *testing.T) {
 			return nil
 		})
 		require.ErrorContains(t, err, "begin transaction")
+		require.ErrorIs(t, err, store.ErrUnavailable, "busy past the retries: try again later")
+		require.ErrorContains(t, err, "SQLITE_BUSY", "the driver's error stays in the chain and the message")
 		require.Zero(t, calls.Load(), "BEGIN IMMEDIATE itself waits for the lock: fn never ran")
 	})
 
@@ -298,4 +301,38 @@ func TestWithTx(t *testing.T) {
 		})
 		require.NoError(t, err)
 	})
+}
+
+// TestUnavailable checks that a database locked by another process past the busy timeout is
+// store.ErrUnavailable, outside a transaction as inside one, and that other errors are not.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	s, path := setup(t, sqlite.Options{BusyTimeout: time.Millisecond, TxRetries: -1})
+	insertJob(t, s, "held")
+	conn, err := rawDB(t, path).Conn(t.Context())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(t.Context(), "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+
+	_, _, err = s.JobInsert(t.Context(), store.JobInsertParams{ID: "blocked", Type: "noop", Agent: "a", Now: time.Now()})
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	var se *sqlitedrv.Error
+	require.ErrorAs(t, err, &se, "the driver's error stays in the chain")
+	err = s.JobUpdate(t.Context(), store.JobUpdate{ID: "held", From: store.JobPending, To: store.JobCancelled, Now: time.Now()})
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	err = s.WithTx(t.Context(), func(store.Tx) error { return nil })
+	require.ErrorIs(t, err, store.ErrUnavailable)
+
+	// Reads go on (WAL), and the store's other errors keep their sentinels.
+	_, err = s.JobGet(t.Context(), "held")
+	require.NoError(t, err)
+	_, err = s.JobGet(t.Context(), "nope")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.NotErrorIs(t, err, store.ErrUnavailable)
+
+	_, err = conn.ExecContext(t.Context(), "ROLLBACK")
+	require.NoError(t, err)
+	_, _, err = s.JobInsert(t.Context(), store.JobInsertParams{ID: "blocked", Type: "noop", Agent: "a", Now: time.Now()})
+	require.NoError(t, err, "the lock released, the same write succeeds")
 }

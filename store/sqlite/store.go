@@ -21,7 +21,9 @@
 //     writes: a Store write waits for the writer connection that the transaction holds, until
 //     its context ends. (With MariaDB such a write only waits when it touches a locked row.)
 //   - SQLITE_BUSY (another process, such as an operator's sqlite3 shell, holding the lock past
-//     the busy timeout) is retried by WithTx like a MariaDB deadlock.
+//     the busy timeout) is retried by WithTx like a MariaDB deadlock. Once the retries are
+//     spent, SQLITE_BUSY and SQLITE_LOCKED (any extended code) are store.ErrUnavailable, as
+//     MariaDB's lock wait timeouts are: the same call may succeed later.
 //
 // # Storage
 //
@@ -142,7 +144,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	reader.SetMaxOpenConns(opts.MaxReadConns)
 	reader.SetMaxIdleConns(opts.MaxReadConns)
-	s := &Store{executor: executor{r: reader, w: writer}, writer: writer, reader: reader, opts: opts}
+	s := &Store{executor: executor{r: classified{reader}, w: classified{writer}}, writer: writer, reader: reader, opts: opts}
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
@@ -189,7 +191,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
 	for retry := 0; ; retry++ {
 		err := s.runTx(ctx, fn)
 		if err == nil || !retryable(err) || retry >= s.opts.TxRetries {
-			return err
+			return unavailable(err)
 		}
 		d := txBackoffBase << retry
 		d += rand.N(d) // jitter: [d, 2d)
@@ -197,7 +199,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(err, ctx.Err())
+			return unavailable(errors.Join(err, ctx.Err()))
 		case <-t.C:
 		}
 	}
@@ -214,7 +216,7 @@ func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 			_ = sqlTx.Rollback()
 		}
 	}()
-	err = fn(&tx{executor{r: sqlTx, w: sqlTx}})
+	err = fn(&tx{executor{r: classified{sqlTx}, w: classified{sqlTx}}})
 	finished = true
 	if err != nil {
 		_ = sqlTx.Rollback()
@@ -240,10 +242,10 @@ func retryable(err error) bool {
 // Ping checks that both connection pools answer.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.writer.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping sqlite: %w", err)
+		return fmt.Errorf("ping sqlite: %w", unavailable(err))
 	}
 	if err := s.reader.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping sqlite: %w", err)
+		return fmt.Errorf("ping sqlite: %w", unavailable(err))
 	}
 	return nil
 }
@@ -300,5 +302,34 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", store.ErrConflict, err)
 		}
 	}
+	return unavailable(err)
+}
+
+// unavailable marks err store.ErrUnavailable when it is SQLITE_BUSY or SQLITE_LOCKED (any
+// extended code: another connection or process holds the lock past the busy timeout); other
+// errors, nil included, come back as they are. It runs where errors leave the driver's
+// statements (classified, mapErr) and on WithTx's result, after its reruns.
+func unavailable(err error) error {
+	if err != nil && retryable(err) {
+		return store.Unavailable(err)
+	}
 	return err
+}
+
+// classified is a querier whose statement errors are marked by unavailable. A QueryRowContext
+// error only comes out of Scan, which mapErr marks.
+type classified struct{ q querier }
+
+func (c classified) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := c.q.ExecContext(ctx, query, args...)
+	return res, unavailable(err)
+}
+
+func (c classified) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	rows, err := c.q.QueryContext(ctx, query, args...)
+	return rows, unavailable(err)
+}
+
+func (c classified) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return c.q.QueryRowContext(ctx, query, args...)
 }
