@@ -21,6 +21,9 @@ import (
 func editTokens(set *Tokens, edit func(byHash map[string]TokenRecord)) *Tokens {
 	out := &Tokens{byHash: maps.Clone(set.byHash)}
 	edit(out.byHash)
+	for _, rec := range out.byHash {
+		out.scoped = out.scoped || rec.Scoped()
+	}
 	return out
 }
 

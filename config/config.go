@@ -599,3 +599,14 @@ func (c *Config) TypeNames() []string {
 func (c *Config) JobType(name string) *JobType {
 	return c.JobTypes[name]
 }
+
+// TypeOfStream returns the type whose stream is named stream, or nil. Streams are unique per
+// type (Validate).
+func (c *Config) TypeOfStream(stream string) *JobType {
+	for _, t := range c.JobTypes {
+		if t.Stream == stream {
+			return t
+		}
+	}
+	return nil
+}
