@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -25,7 +27,12 @@ const (
 	eventSettle = 2 * time.Second
 	// eventBatch is the most audit rows read per poll.
 	eventBatch = 200
+	// streamRetryAfter is the Retry-After of a stream refused for the per-token cap.
+	streamRetryAfter = 5 * time.Second
 )
+
+// CodeTooManyStreams refuses an event stream over the token's cap (max_streams_per_token).
+const CodeTooManyStreams = "too_many_streams"
 
 // jobEvents handles GET /jobs/:id/events: the job's transitions from the audit trail as
 // Server-Sent Events, from after Last-Event-ID (header, or ?last_event_id=) on. The stream ends
@@ -42,9 +49,17 @@ func (s *Server) jobEvents(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	feed := s.startFeed(c)
+	feed, err := s.startFeed(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	defer feed.close()
 	ctx := c.Request.Context()
 	for {
+		if feed.revoked() {
+			return
+		}
 		// Read the status first: when it is terminal, every event up to it has committed and
 		// the audit read that follows sees them all.
 		cur, err := s.engine.Get(ctx, job.ID)
@@ -82,9 +97,17 @@ func (s *Server) allEvents(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	feed := s.startFeed(c)
+	feed, err := s.startFeed(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	defer feed.close()
 	ctx := c.Request.Context()
 	for {
+		if feed.revoked() {
+			return
+		}
 		evs, err := s.engine.Store().AuditList(ctx, store.AuditListParams{AfterID: after, Limit: eventBatch})
 		if err != nil {
 			feed.fail(err)
@@ -131,10 +154,23 @@ type sseFeed struct {
 	c        *gin.Context
 	rc       *http.ResponseController
 	lastSent time.Time
+	// id is who opened the feed; tokens the token set it was last checked against (nil until
+	// the first check), so that a reload is noticed by a pointer comparison.
+	id     Identity
+	tokens *Tokens
 }
 
-// startFeed sends the SSE headers and lifts the server's write timeout for this response.
-func (s *Server) startFeed(c *gin.Context) *sseFeed {
+// startFeed takes one of the token's stream slots (a 429 when they are all taken), sends the
+// SSE headers and lifts the server's write timeout for this response. The caller closes the
+// feed when it ends, which gives the slot back.
+func (s *Server) startFeed(c *gin.Context) (*sseFeed, error) {
+	id := mustIdentity(c)
+	limit := s.maxStreamsPerToken()
+	if !s.feeds.acquire(id.TokenID, limit) {
+		c.Header("Retry-After", strconv.Itoa(int(streamRetryAfter/time.Second)))
+		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeTooManyStreams, Message: fmt.Sprintf(
+			"this token has %d event streams open, the most max_streams_per_token allows: close one first", limit)}
+	}
 	rc := http.NewResponseController(c.Writer)
 	_ = rc.SetWriteDeadline(time.Time{}) // a feed outlives the server's WriteTimeout
 	h := c.Writer.Header()
@@ -142,9 +178,76 @@ func (s *Server) startFeed(c *gin.Context) *sseFeed {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	c.Status(http.StatusOK)
-	f := &sseFeed{s: s, c: c, rc: rc, lastSent: time.Now()}
+	f := &sseFeed{s: s, c: c, rc: rc, lastSent: time.Now(), id: id}
 	f.write(": feed open\n\n")
-	return f
+	return f, nil
+}
+
+// close gives the feed's stream slot back.
+func (f *sseFeed) close() { f.s.feeds.release(f.id.TokenID) }
+
+// revoked reports whether the feed's token no longer may read it, after a reload of the tokens
+// (SetTokens) that removed the token or changed its role or agent; it then ends the stream with
+// an error event. Between reloads it costs one atomic load per poll; after one, the request is
+// authenticated again against the new set.
+func (f *sseFeed) revoked() bool {
+	cur := f.s.tokens.Load()
+	if f.tokens != nil && cur == f.tokens {
+		return false
+	}
+	f.tokens = cur
+	now, err := f.s.authenticate(f.c)
+	if err == nil && now.Role == f.id.Role && now.Agent == f.id.Agent && now.TokenID == f.id.TokenID {
+		return false
+	}
+	f.write("event: error\ndata: {\"code\":\"" + CodeUnauthorized + "\"}\n\n")
+	return true
+}
+
+// maxStreamsPerToken is the configured cap of open streams per token.
+func (s *Server) maxStreamsPerToken() int {
+	if s.cfg != nil && s.cfg.MaxStreamsPerToken > 0 {
+		return s.cfg.MaxStreamsPerToken
+	}
+	return config.MaxStreamsPerTokenDefault
+}
+
+// feedCounter counts the open event streams of each token (by token id; every tokenless
+// loopback caller of dev mode shares the id "loopback", so they count as one token). The zero
+// value is ready.
+type feedCounter struct {
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// acquire takes a slot of token when fewer than limit are taken.
+func (f *feedCounter) acquire(token string, limit int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.open == nil {
+		f.open = map[string]int{}
+	}
+	if f.open[token] >= limit {
+		return false
+	}
+	f.open[token]++
+	return true
+}
+
+// release gives a slot of token back.
+func (f *feedCounter) release(token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.open[token]--; f.open[token] <= 0 {
+		delete(f.open, token)
+	}
+}
+
+// count returns the open streams of token.
+func (f *feedCounter) count(token string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.open[token]
 }
 
 func (f *sseFeed) write(s string) {

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -33,6 +34,14 @@ func (s *Server) claim(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	scope, err := s.workerScope(c)
+	if err == nil {
+		err = s.claimInScope(scope, req)
+	}
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
 	start := time.Now()
 	res, err := s.engine.Claim(c.Request.Context(), engine.ClaimParams{
 		WorkerID: req.WorkerID,
@@ -41,6 +50,10 @@ func (s *Server) claim(c *gin.Context) {
 		Items:    claimItemsFromWire(req.Jobs),
 		Results:  resultsFromWire(req.Results),
 		InFlight: req.InFlight,
+		// Every item must be the job's entry or one Redis delivered to this worker, whoever
+		// calls: an invented {"job_id", "message_id": "1-0"} gets no job.
+		CheckEntries: true,
+		Types:        scope.Types,
 	})
 	if err != nil {
 		s.writeError(c, err)
@@ -64,6 +77,51 @@ func (s *Server) claim(c *gin.Context) {
 		return
 	}
 	c.Data(http.StatusOK, jsonContentType, body)
+}
+
+// workerScope returns the record of the request's token when it is a scoped worker token, the
+// zero record (no scope) otherwise. The token is looked up again only when some worker token
+// of the set in use is scoped: unscoped deployments pay nothing.
+func (s *Server) workerScope(c *gin.Context) (TokenRecord, error) {
+	id := mustIdentity(c)
+	tokens := s.tokens.Load()
+	if id.Role != RoleWorker || tokens == nil || !tokens.scoped {
+		return TokenRecord{}, nil
+	}
+	token, _ := bearerToken(c.GetHeader("Authorization"))
+	rec, ok := tokens.Lookup(token)
+	if !ok || rec.ID() != id.TokenID {
+		return TokenRecord{}, unauthorized("unknown token") // revoked since the request began
+	}
+	return rec, nil
+}
+
+// outOfScope is a 403 naming the field that a scoped worker token may not use as it is.
+func outOfScope(field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// scopeTypes describes a scope's types for an error message.
+func scopeTypes(types []string) string { return strings.Join(types, ", ") }
+
+// claimInScope checks a claim against the token's scope: the pool it names, and the stream of
+// every item (each stream is one job type's). The engine checks each job's type again, since an
+// item's stream is only what the caller says.
+func (s *Server) claimInScope(scope TokenRecord, req client.ClaimRequest) error {
+	if scope.Pool != "" && req.PoolID != scope.Pool {
+		return outOfScope("pool_id", "this worker token is scoped to pool %q, not %q", scope.Pool, req.PoolID)
+	}
+	if scope.Types == nil {
+		return nil
+	}
+	for i, it := range req.Jobs {
+		t := s.cfg.TypeOfStream(it.Stream)
+		if t == nil || !inScope(scope.Types, t.Name) {
+			return outOfScope(itemField("jobs", i, "stream"), "stream %q is not of a job type this worker token is scoped to (%s)",
+				it.Stream, scopeTypes(scope.Types))
+		}
+	}
+	return nil
 }
 
 func validateClaim(req client.ClaimRequest) error {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,13 +12,22 @@ import (
 	"github.com/gpuorch/orchestrator/client"
 )
 
+// entryOf returns the job's recorded stream entry, once its submit's mark has landed: a claim
+// naming it is proven without Redis (engine.ClaimParams.CheckEntries).
+func (b *bundle) entryOf(t *testing.T, id string) string {
+	t.Helper()
+	b.eng.FlushMarks(context.Background())
+	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
+	require.NotEmpty(t, job.StreamID, "job %s is published and marked", id)
+	return job.StreamID
+}
+
 // claimOne claims a job over HTTP as worker w1 and returns what the worker runs.
 func (b *bundle) claimOne(t *testing.T, id string) client.ClaimedJob {
 	t.Helper()
-	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
 	rec := b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", client.ClaimRequest{
 		WorkerID: "w1", PoolID: "pool-a", NodeID: "node-1",
-		Jobs: []client.ClaimItem{{JobID: id, Stream: "noop", MessageID: job.StreamID}},
+		Jobs: []client.ClaimItem{{JobID: id, Stream: "noop", MessageID: b.entryOf(t, id)}},
 	})
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	res := decode[client.ClaimResponse](t, rec)
@@ -126,7 +136,7 @@ func TestClaimWithResults(t *testing.T) {
 
 	rec := b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", client.ClaimRequest{
 		WorkerID: "w1", PoolID: "pool-a", NodeID: "node-1",
-		Jobs: []client.ClaimItem{{JobID: next, Stream: "noop"}},
+		Jobs: []client.ClaimItem{{JobID: next, Stream: "noop", MessageID: b.entryOf(t, next)}},
 		Results: []client.JobResult{
 			{JobID: done, Attempt: first.Attempt, LeaseToken: first.LeaseToken, Status: client.ResultDone, Result: []byte(`{"n":1}`)},
 			// Another attempt's lease: the result is stale, and the claim still stands.

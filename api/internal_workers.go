@@ -22,6 +22,14 @@ func (s *Server) registerWorker(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	scope, err := s.workerScope(c)
+	if err == nil {
+		err = registrationInScope(scope, req)
+	}
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
 	in, err := s.pools.RegisterWorker(c.Request.Context(), pools.RegisterParams{
 		WorkerID: req.WorkerID, PoolID: req.PoolID, NodeID: req.NodeID, Hostname: req.Hostname,
 		PID: req.PID, Types: req.Types, Concurrency: req.Concurrency,
@@ -31,6 +39,30 @@ func (s *Server) registerWorker(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, s.instructionToWire(in))
+}
+
+// registrationInScope checks a registration against the token's scope: a scoped token
+// registers only in its pool and only for types of its scope, named.
+func registrationInScope(scope TokenRecord, req client.RegisterWorkerRequest) error {
+	if scope.Pool != "" && req.PoolID != scope.Pool {
+		return outOfScope("pool_id", "this worker token is scoped to pool %q, not %q", scope.Pool, req.PoolID)
+	}
+	if scope.Types == nil {
+		return nil
+	}
+	if len(req.Types) == 0 {
+		return outOfScope("types", "this worker token is scoped to job types %s: name the ones this worker serves", scopeTypes(scope.Types))
+	}
+	var out []string
+	for _, t := range req.Types {
+		if !inScope(scope.Types, t) {
+			out = append(out, t)
+		}
+	}
+	if len(out) > 0 {
+		return outOfScope("types", "job types %s are outside this worker token's scope (%s)", scopeTypes(out), scopeTypes(scope.Types))
+	}
+	return nil
 }
 
 // workerHeartbeat handles POST /internal/workers/{id}/heartbeat. A worker the registry does not

@@ -65,9 +65,10 @@ func (s *Server) listPools(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	who := mustIdentity(c)
 	out := client.PoolList{Pools: make([]client.Pool, 0, len(ps))}
 	for _, p := range ps {
-		out.Pools = append(out.Pools, poolToWire(p, nil))
+		out.Pools = append(out.Pools, poolFor(who, poolToWire(p, nil)))
 	}
 	c.JSON(http.StatusOK, out)
 }
@@ -82,7 +83,17 @@ func (s *Server) getPool(c *gin.Context) {
 	if ws == nil {
 		ws = []store.Worker{}
 	}
-	c.JSON(http.StatusOK, poolToWire(p, ws))
+	c.JSON(http.StatusOK, poolFor(mustIdentity(c), poolToWire(p, ws)))
+}
+
+// poolFor is what who may see of a pool: its metadata (which an operator may fill with
+// credentials, endpoints, anything) only for an admin and for the agent the pool serves. A pool
+// that serves no agent shows its metadata to admins only. Without it, the field is left out.
+func poolFor(who Identity, p client.Pool) client.Pool {
+	if who.Role != RoleAdmin && (p.AgentName == "" || p.AgentName != who.Agent) {
+		p.Metadata = nil
+	}
+	return p
 }
 
 // heartbeatPool handles POST /workers/pools/{id}/heartbeat: the pool's agent (or an admin)

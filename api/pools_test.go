@@ -162,3 +162,50 @@ func TestPoolsAPI(t *testing.T) {
 		requireError(t, b.request(t, http.MethodGet, "/workers/pools", "admin", nil), http.StatusServiceUnavailable, CodeUnavailable, "")
 	})
 }
+
+// TestPoolMetadataVisibility: a pool's metadata is shown to admins and to the agent the pool
+// serves (every pool names one); other agents get the pool without it.
+func TestPoolMetadataVisibility(t *testing.T) {
+	t.Parallel()
+	b, _ := setupPools(t)
+	alices := mistral
+	alices.Metadata = []byte(`{"api_key":"alice-s3cret"}`)
+	require.Equal(t, http.StatusCreated, b.request(t, http.MethodPost, "/workers/pool", "admin", alices).Code)
+	shared := mistral
+	shared.PoolID, shared.AgentName, shared.Metadata = "shared", "carol", []byte(`{"api_key":"shared-s3cret"}`)
+	rec := b.request(t, http.MethodPost, "/workers/pool", "admin", shared)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+
+	metadataOf := func(who, path string) map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		rec := b.request(t, http.MethodGet, path, who, nil)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		var ps []client.Pool
+		if path == "/workers/pools" {
+			ps = decode[client.PoolList](t, rec).Pools
+		} else {
+			ps = []client.Pool{decode[client.Pool](t, rec)}
+		}
+		for _, p := range ps {
+			out[p.PoolID] = string(p.Metadata)
+		}
+		return out
+	}
+	for _, path := range []string{"/workers/pools", "/workers/pools/mistral", "/workers/pools/shared"} {
+		admin, alice, bob := metadataOf("admin", path), metadataOf("alice", path), metadataOf("bob", path)
+		for id := range admin {
+			require.NotEmpty(t, admin[id], "admin sees %s's metadata", id)
+		}
+		if _, ok := alice["mistral"]; ok {
+			require.JSONEq(t, `{"api_key":"alice-s3cret"}`, alice["mistral"], "alice sees her pool's metadata")
+			require.Empty(t, bob["mistral"], "bob does not see alice's pool's metadata")
+		}
+		if _, ok := alice["shared"]; ok {
+			require.Empty(t, alice["shared"], "carol's pool: not alice's to read")
+			require.Empty(t, bob["shared"])
+		}
+		body := b.request(t, http.MethodGet, path, "bob", nil).Body.String()
+		require.NotContains(t, body, "s3cret")
+	}
+}

@@ -81,6 +81,7 @@ type Server struct {
 	admission *admission.Controller
 	pools     *pools.Service
 	handler   *gin.Engine
+	feeds     feedCounter // the open event streams per token (events.go)
 	// batchSlots holds a token per large POST /jobs/submit_batch being read or worked on
 	// (config.SubmitBatchConcurrency, needsTurn); a batch waits at most batchWait for one.
 	batchSlots chan struct{}

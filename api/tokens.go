@@ -47,22 +47,42 @@ type TokenRecord struct {
 	Role Role
 	// Agent is the agent the token speaks for (role agent only).
 	Agent string
+	// Types, when not nil, are the only job types a worker token may claim and register for
+	// (types=a,b; role worker only). Nil: any type.
+	Types []string
+	// Pool, when set, is the only pool a worker token may claim and register in (pool=p; role
+	// worker only); its claims and registrations must name it. Empty: any pool, or none.
+	Pool string
 }
 
 // ID is the short, loggable id of the token: the first 8 hex digits of its hash.
 func (r TokenRecord) ID() string { return r.Hash[:8] }
 
-// Line is the record in tokens-file form: "<sha256hex> <role> [agent=<name>]".
+// Scoped reports whether the record limits a worker token to some types or a pool.
+func (r TokenRecord) Scoped() bool { return r.Types != nil || r.Pool != "" }
+
+// Line is the record in tokens-file form: "<sha256hex> <role> [key=value ...]", the keys
+// agent= (role agent), types= and pool= (role worker).
 func (r TokenRecord) Line() string {
+	line := fmt.Sprintf("%s %s", r.Hash, r.Role)
 	if r.Role == RoleAgent {
-		return fmt.Sprintf("%s %s agent=%s", r.Hash, r.Role, r.Agent)
+		line += " agent=" + r.Agent
 	}
-	return fmt.Sprintf("%s %s", r.Hash, r.Role)
+	if r.Types != nil {
+		line += " types=" + strings.Join(r.Types, ",")
+	}
+	if r.Pool != "" {
+		line += " pool=" + r.Pool
+	}
+	return line
 }
 
 // Tokens is the set of configured tokens, by hash. The zero value and nil hold no token.
 type Tokens struct {
 	byHash map[string]TokenRecord
+	// scoped says some worker token has a scope: only then do worker calls look their record
+	// up again (Server.workerScope).
+	scoped bool
 }
 
 // Len returns how many tokens are configured.
@@ -109,7 +129,12 @@ func HashToken(token string) string {
 // GenerateToken makes a new token for role (and agent, for role agent): "orch_" + 32 random bytes
 // in base64url. line is its tokens-file record; the token itself is shown once and never stored.
 func GenerateToken(role, agent string) (token, line string, err error) {
-	rec := TokenRecord{Role: Role(role), Agent: agent}
+	return NewToken(TokenRecord{Role: Role(role), Agent: agent})
+}
+
+// NewToken makes a new token for rec (its Hash is ignored): the role, the agent of an agent
+// token, the scope of a worker token. line is its tokens-file record.
+func NewToken(rec TokenRecord) (token, line string, err error) {
 	if err := rec.validate(); err != nil {
 		return "", "", fmt.Errorf("generate token: %w", err)
 	}
@@ -174,19 +199,32 @@ func (t *Tokens) addLine(line string) error {
 	if len(fields) == 0 {
 		return nil
 	}
-	if len(fields) > 3 {
-		return fmt.Errorf("want \"<sha256hex> <role> [agent=<name>]\", got %d fields", len(fields))
+	if len(fields) > 5 {
+		return fmt.Errorf("want \"<sha256hex> <role> [agent=<name>] [types=<a,b>] [pool=<id>]\", got %d fields", len(fields))
 	}
 	rec := TokenRecord{Hash: strings.ToLower(fields[0])}
 	if len(fields) > 1 {
 		rec.Role = Role(fields[1])
 	}
-	if len(fields) == 3 {
-		name, ok := strings.CutPrefix(fields[2], "agent=")
-		if !ok {
-			return fmt.Errorf("third field %q: want agent=<name>", fields[2])
+	seen := map[string]bool{}
+	for _, f := range fields[min(2, len(fields)):] {
+		key, value, ok := strings.Cut(f, "=")
+		if !ok || seen[key] {
+			return fmt.Errorf("field %q: want one each of agent=<name>, types=<a,b>, pool=<id>", f)
 		}
-		rec.Agent = name
+		seen[key] = true
+		switch key {
+		case "agent":
+			rec.Agent = value
+		case "types":
+			rec.Types = strings.Split(value, ",")
+		case "pool":
+			if rec.Pool = value; value == "" {
+				return errors.New("pool= needs a pool id")
+			}
+		default:
+			return fmt.Errorf("field %q: unknown key %q: want agent=, types= or pool=", f, key)
+		}
 	}
 	if !hashRE.MatchString(rec.Hash) {
 		return errors.New("first field must be the 64 hex digits of the token's SHA-256 (not the token)")
@@ -198,6 +236,7 @@ func (t *Tokens) addLine(line string) error {
 		return fmt.Errorf("token %s is configured twice", rec.ID())
 	}
 	t.byHash[rec.Hash] = rec
+	t.scoped = t.scoped || rec.Scoped()
 	return nil
 }
 
@@ -214,6 +253,30 @@ func (r TokenRecord) validate() error {
 		return fmt.Errorf("agent %q: want 1 to 128 of A-Z a-z 0-9 . _ : -", r.Agent)
 	case r.Role != RoleAgent && r.Agent != "":
 		return fmt.Errorf("agent= is only for role agent, not %s", r.Role)
+	case r.Role != RoleWorker && r.Scoped():
+		return fmt.Errorf("types= and pool= are only for role worker, not %s", r.Role)
+	case r.Types != nil && len(r.Types) == 0:
+		return errors.New("types= needs at least one job type")
+	case r.Pool != "" && !workerIDPattern.MatchString(r.Pool):
+		return fmt.Errorf("pool %q: want 1 to 128 of A-Z a-z 0-9 . _ : -", r.Pool)
+	}
+	seen := make(map[string]bool, len(r.Types))
+	for _, typ := range r.Types {
+		if !typeNameRE.MatchString(typ) {
+			return fmt.Errorf("types: %q is not a job type name (lower case letters, digits and _)", typ)
+		}
+		if seen[typ] {
+			return fmt.Errorf("types: %q is listed twice", typ)
+		}
+		seen[typ] = true
 	}
 	return nil
+}
+
+// typeNameRE is the form of a job type name (config's rule).
+var typeNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
+// inScope reports whether a scope of types (nil: any) allows typ.
+func inScope(types []string, typ string) bool {
+	return types == nil || slices.Contains(types, typ)
 }

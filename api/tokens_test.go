@@ -52,6 +52,39 @@ func TestGenerateToken(t *testing.T) {
 	})
 }
 
+// TestScopedWorkerToken: a worker token's scope (types, pool) goes into its tokens-file line
+// and comes back from it.
+func TestScopedWorkerToken(t *testing.T) {
+	t.Parallel()
+	token, line, err := NewToken(TokenRecord{Role: RoleWorker, Types: []string{"noop", "sleep"}, Pool: "pool-a"})
+	require.NoError(t, err)
+	require.Equal(t, HashToken(token)+" worker types=noop,sleep pool=pool-a", line)
+	set, err := LoadTokens("", line+";"+HashToken("plain")+" worker")
+	require.NoError(t, err)
+	require.True(t, set.scoped)
+	rec, ok := set.Lookup(token)
+	require.True(t, ok)
+	require.Equal(t, []string{"noop", "sleep"}, rec.Types)
+	require.Equal(t, "pool-a", rec.Pool)
+	require.True(t, rec.Scoped())
+	plain, ok := set.Lookup("plain")
+	require.True(t, ok)
+	require.False(t, plain.Scoped(), "a worker token without keys keeps today's reach")
+
+	unscoped, err := LoadTokens("", HashToken("plain")+" worker")
+	require.NoError(t, err)
+	require.False(t, unscoped.scoped)
+
+	for _, bad := range []TokenRecord{
+		{Role: RoleAgent, Agent: "alice", Types: []string{"noop"}},
+		{Role: RoleWorker, Types: []string{}},
+		{Role: RoleWorker, Pool: "has space"},
+	} {
+		_, _, err := NewToken(bad)
+		require.Error(t, err, "%+v", bad)
+	}
+}
+
 func TestLoadTokensFile(t *testing.T) {
 	t.Parallel()
 	hash := func(s string) string { return HashToken(s) }
@@ -101,8 +134,17 @@ func TestLoadTokensFile(t *testing.T) {
 		{"AgentWithoutName", hash("a") + " agent", "agent=<name>"},
 		{"AgentBadName", hash("a") + " agent agent=a/b", `agent "a/b"`},
 		{"AgentOnWorker", hash("a") + " worker agent=alice", "only for role agent"},
-		{"BadThirdField", hash("a") + " agent name=alice", "want agent=<name>"},
-		{"TooManyFields", hash("a") + " agent agent=alice extra", "4 fields"},
+		{"UnknownKey", hash("a") + " agent name=alice", `unknown key "name"`},
+		{"NotKeyValue", hash("a") + " agent agent=alice extra", `field "extra"`},
+		{"TooManyFields", hash("a") + " worker types=a pool=p x=1 y=2", "got 6 fields"},
+		{"KeyTwice", hash("a") + " worker pool=p pool=q", `field "pool=q"`},
+		{"TypesOnAgent", hash("a") + " agent agent=alice types=noop", "only for role worker"},
+		{"PoolOnAdmin", hash("a") + " admin pool=p", "only for role worker"},
+		{"EmptyTypes", hash("a") + " worker types=", `"" is not a job type name`},
+		{"BadType", hash("a") + " worker types=noop,Bad-Type", `"Bad-Type" is not a job type name`},
+		{"TypeTwice", hash("a") + " worker types=noop,noop", "listed twice"},
+		{"EmptyPool", hash("a") + " worker pool=", "pool= needs a pool id"},
+		{"BadPool", hash("a") + " worker pool=a/b", `pool "a/b"`},
 	}
 	for _, c := range bad {
 		t.Run("File"+c.name, func(t *testing.T) {

@@ -183,6 +183,11 @@ const (
 	ReasonNotPending = "not_pending" // claimed elsewhere, running, or terminal
 	ReasonNotDue     = "not_due"     // pending but its backoff has not elapsed
 	ReasonRetryLater = "retry_later" // no resources now (e.g. no GPU with room)
+	// ReasonNotDelivered: the entry is neither the job's recorded entry nor one Redis
+	// delivered to this worker (an invented or another consumer's entry).
+	ReasonNotDelivered = "not_delivered"
+	// ReasonOutOfScope: the job's type is outside the worker token's scope (--types).
+	ReasonOutOfScope = "out_of_scope"
 )
 
 // ClaimRefusal says why one entry was not claimed.

@@ -155,6 +155,8 @@ type Config struct {
 	Admission Admission `yaml:"admission"`
 	// Pools configures worker pools, the worker registry and the local provisioner (config/pools.go).
 	Pools Pools `yaml:"pools"`
+	// Security holds the stream cap and the metrics token (config/security.go): top-level keys.
+	Security `yaml:",inline"`
 	// Path is the file Load read ("" when none): the local provisioner's workers read it too.
 	Path string `yaml:"-"`
 }
@@ -343,6 +345,9 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	if err := c.applyAdmissionEnv(getenv); err != nil {
 		return err
 	}
+	if err := c.applySecurityEnv(getenv); err != nil {
+		return err
+	}
 	if v := getenv("ORCH_WORKER_TYPES"); v != "" {
 		c.Worker.Types = splitList(v)
 	}
@@ -433,6 +438,7 @@ func (c *Config) fillDefaults() {
 	c.Leases.PurgeInterval = cmp.Or(c.Leases.PurgeInterval, LeasePurgeIntervalDefault)
 	c.Telemetry.PollInterval = cmp.Or(c.Telemetry.PollInterval, TelemetryPollIntervalDefault)
 	c.Admission.fillDefaults()
+	c.Security.fillDefaults()
 	c.fillPools()
 	w := &c.Worker
 	if w.ID == "" {
@@ -572,6 +578,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateAdmission()...)
 	errs = append(errs, c.validatePools()...)
+	errs = append(errs, c.Security.validate()...)
 	if err := c.TLS.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -591,4 +598,15 @@ func (c *Config) TypeNames() []string {
 // JobType returns the named type, or nil.
 func (c *Config) JobType(name string) *JobType {
 	return c.JobTypes[name]
+}
+
+// TypeOfStream returns the type whose stream is named stream, or nil. Streams are unique per
+// type (Validate).
+func (c *Config) TypeOfStream(stream string) *JobType {
+	for _, t := range c.JobTypes {
+		if t.Stream == stream {
+			return t
+		}
+	}
+	return nil
 }

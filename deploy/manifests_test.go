@@ -347,7 +347,7 @@ func TestKubernetesManifests(t *testing.T) {
 	require.Equal(t, "/readyz", str(t, orch, "spec", "template", "spec", "containers", 0, "readinessProbe", "httpGet", "path"))
 	require.Equal(t, "/metrics", str(t, orch, "spec", "template", "metadata", "annotations", "prometheus.io/path"))
 	env := envNames(t, orch)
-	for _, name := range []string{"ORCH_MYSQL_DSN", "ORCH_REDIS_ADDR", "ORCH_HTTP_ADDR", "ORCH_API_TOKENS", "ORCH_LOG_LEVEL", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+	for _, name := range []string{"ORCH_MYSQL_DSN", "ORCH_REDIS_ADDR", "ORCH_HTTP_ADDR", "ORCH_API_TOKENS", "ORCH_METRICS_TOKEN", "ORCH_LOG_LEVEL", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
 		require.Contains(t, env, name)
 	}
 	svcs := of(ds, "Service")
@@ -367,4 +367,21 @@ func TestKubernetesManifests(t *testing.T) {
 		require.Equal(t, "9091", str(t, d, "spec", "template", "metadata", "annotations", "prometheus.io/port"))
 		require.Contains(t, envNames(t, d), "ORCH_API_URL")
 	}
+}
+
+// TestPrometheusScrapeConfig: every scrape job sends the metrics token, which the Secret
+// carries for the orchestrator.
+func TestPrometheusScrapeConfig(t *testing.T) {
+	t.Parallel()
+	cfg := docs(t, "prometheus/prometheus.yml")
+	require.Len(t, cfg, 1)
+	jobs := list(t, cfg[0], "scrape_configs")
+	require.NotEmpty(t, jobs)
+	for i := range jobs {
+		require.Equal(t, "Bearer", str(t, cfg[0], "scrape_configs", i, "authorization", "type"))
+		require.NotEmpty(t, str(t, cfg[0], "scrape_configs", i, "authorization", "credentials_file"))
+	}
+	secrets := of(docs(t, "k8s/secret.example.yaml"), "Secret")
+	require.Len(t, secrets, 1)
+	require.Contains(t, get(t, secrets[0], "stringData"), "metrics-token")
 }

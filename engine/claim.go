@@ -31,6 +31,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 		return ClaimResult{}, invalid("worker_id", "is required")
 	}
 	now := e.nowUTC()
+	check := e.startEntryCheck(ctx, p) // runs beside the locking read (claim_entries.go)
 	var res ClaimResult
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
 		res = ClaimResult{Leases: map[string]store.Lease{}}
@@ -58,6 +59,11 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 			}
 		}
 		claimable, gpuJobs := e.claimable(p.Items, byID, now, &res)
+		if p.CheckEntries || p.Types != nil {
+			if claimable, gpuJobs, err = e.admit(ctx, p, check, claimable, &res); err != nil {
+				return err
+			}
+		}
 		// Lock the node's GPUs before any non-locking read of the transaction, so the
 		// reservations read are the latest committed (store.GPUExecutor.GPULockNode).
 		var node *leases.NodeLock

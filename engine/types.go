@@ -41,6 +41,15 @@ type ClaimParams struct {
 	// for a worker's round of "report what ended, take what is next".
 	Results  []Result
 	InFlight []string // jobs the worker runs now; the result says which were cancelled
+	// CheckEntries says the items come from a caller that must prove them (the API, for any
+	// token): an item is claimed only for the job's recorded entry (its stream_id) or for an
+	// entry of the job type's stream and group that is pending for the consumer WorkerID, that
+	// is, one XREADGROUP delivered to it. Any other is refused as not_delivered, and the job's
+	// stream_id is left alone. In-process callers (tests, tools) leave it false.
+	CheckEntries bool
+	// Types, when not nil, are the only job types the caller may claim (a scoped worker
+	// token); a job of another type is refused as out_of_scope.
+	Types []string
 }
 
 // Claim refusal reasons (the same strings as the wire's).
@@ -49,6 +58,11 @@ const (
 	RefusedNotPending = "not_pending"
 	RefusedNotDue     = "not_due"
 	RefusedRetryLater = "retry_later"
+	// RefusedNotDelivered: the item names neither the job's entry nor an entry delivered to
+	// the claiming consumer (ClaimParams.CheckEntries).
+	RefusedNotDelivered = "not_delivered"
+	// RefusedOutOfScope: the job's type is outside the caller's scope (ClaimParams.Types).
+	RefusedOutOfScope = "out_of_scope"
 )
 
 // Refusal says why a job was not claimed.

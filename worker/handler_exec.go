@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpuorch/orchestrator/config"
 )
@@ -113,7 +114,10 @@ func (h *ExecHandler) Run(ctx context.Context, job Job) (json.RawMessage, error)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = h.cfg.IOGrace
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("exec %s: start %s: %w", name, c.Argv[0], err)
+		// The job's error goes to its agent: it names the command, never the worker's program
+		// path or the system's answer about it, which go to the worker's own log.
+		h.log.Error("exec command did not start", "job_id", job.ID, "command", name, "program", c.Argv[0], "error", err)
+		return nil, fmt.Errorf("exec %s: the command could not be started on this worker (its log says why)", name)
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan struct{})
@@ -173,10 +177,29 @@ func (h *ExecHandler) commandName(job Job) (string, error) {
 		return "", errors.New(`exec: payload field "command" is required (the type names no command)`)
 	}
 	if _, ok := h.cfg.Commands[*p.Command]; !ok {
-		return "", fmt.Errorf(`exec: payload field "command": %q is not a configured command (have %s)`,
-			*p.Command, strings.Join(h.commandNames(), ", "))
+		// The error reaches the job's agent: it names the requested command only. The commands
+		// this worker has are the operator's business, and go to the worker's log.
+		requested := clipName(*p.Command)
+		h.log.Warn("exec job names a command this worker does not have", "job_id", job.ID,
+			"command", requested, "configured", h.commandNames())
+		return "", fmt.Errorf(`exec: payload field "command": %q is not configured on this worker`, requested)
 	}
 	return *p.Command, nil
+}
+
+// maxEchoedName bounds the requested command name echoed in a job's error and the log.
+const maxEchoedName = 128
+
+// clipName cuts a name from a payload to maxEchoedName bytes (on a rune boundary).
+func clipName(s string) string {
+	if len(s) <= maxEchoedName {
+		return s
+	}
+	cut := maxEchoedName
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func (h *ExecHandler) commandNames() []string {

@@ -122,6 +122,25 @@ func TestExecHandler(t *testing.T) {
 		}
 	})
 
+	t.Run("ErrorsKeepTheWorkersCommandsPrivate", func(t *testing.T) {
+		t.Parallel()
+		// A job's error goes to its agent: it names the requested command only, never the
+		// names or programs the worker has configured.
+		_, err := h.Run(ctx, execJob("rm", ""))
+		require.EqualError(t, err, `exec: payload field "command": "rm" is not configured on this worker`)
+		for _, name := range []string{"cat", "echo", "bigfail", "noisy"} {
+			require.NotContains(t, err.Error(), `"`+name+`"`)
+			require.NotContains(t, err.Error(), " "+name)
+		}
+		long := strings.Repeat("x", 1000)
+		_, err = h.Run(ctx, execJob(long, ""))
+		require.Less(t, len(err.Error()), 300, "a long requested name is clipped")
+
+		private := execHandler(map[string]*config.Command{"gone": {Argv: []string{"/opt/private-tools/gone-7f3a"}}})
+		_, err = private.Run(ctx, execJob("gone", ""))
+		require.EqualError(t, err, "exec gone: the command could not be started on this worker (its log says why)")
+	})
+
 	t.Run("CheckType", func(t *testing.T) {
 		t.Parallel()
 		require.NoError(t, h.CheckType(&config.JobType{Name: "a", Command: "cat"}))

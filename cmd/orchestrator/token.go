@@ -16,13 +16,27 @@ import (
 
 func tokenCmd() *cobra.Command {
 	tok := &cobra.Command{Use: "token", Short: "Manage API tokens"}
-	var role, agent string
+	var (
+		role, agent, pool string
+		types             []string
+	)
 	create := &cobra.Command{
-		Use:   "create --role agent|worker|admin [--agent NAME]",
+		Use:   "create --role agent|worker|admin [--agent NAME] [--types A,B] [--pool ID]",
 		Short: "Create a token: prints it once, and the line (its hash) for the tokens file",
-		Args:  cobra.NoArgs,
+		Long: "Create a token: prints it once, and the line (its hash) for the tokens file.\n\n" +
+			"A worker token may be scoped: --types limits the job types it claims and registers for, " +
+			"--pool the pool it claims and registers in (its worker must name that pool). " +
+			"Without them it claims any type, in any pool, as before.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token, line, err := api.GenerateToken(role, agent)
+			rec := api.TokenRecord{Role: api.Role(role), Agent: agent, Pool: pool}
+			if cmd.Flags().Changed("types") {
+				rec.Types = types
+				if rec.Types == nil {
+					rec.Types = []string{}
+				}
+			}
+			token, line, err := api.NewToken(rec)
 			if err != nil {
 				return err
 			}
@@ -36,6 +50,8 @@ func tokenCmd() *cobra.Command {
 	}
 	create.Flags().StringVar(&role, "role", "", "agent, worker or admin")
 	create.Flags().StringVar(&agent, "agent", "", "the agent name bound to an agent token")
+	create.Flags().StringSliceVar(&types, "types", nil, "worker tokens: the only job types it may claim and register for (comma list)")
+	create.Flags().StringVar(&pool, "pool", "", "worker tokens: the only pool it may claim and register in")
 	_ = create.MarkFlagRequired("role")
 	tok.AddCommand(create)
 	return tok

@@ -67,3 +67,47 @@ func TestReloadTokens(t *testing.T) {
 		require.Contains(t, logs.String(), "tokens not reloaded")
 	}
 }
+
+// TestTokenCreateScoped: `token create --role worker --types a,b --pool p` prints a token whose
+// tokens-file line carries the scope; the scope flags are refused on other roles.
+func TestTokenCreateScoped(t *testing.T) {
+	t.Parallel()
+	run := func(args ...string) (string, error) {
+		cmd := tokenCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&bytes.Buffer{})
+		cmd.SetArgs(append([]string{"create"}, args...))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	out, err := run("--role", "worker", "--types", "noop,sleep", "--pool", "pool-a")
+	require.NoError(t, err)
+	var token, line string
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(l, "token: "); ok {
+			token = v
+		}
+		if v, ok := strings.CutPrefix(l, "tokens file line: "); ok {
+			line = v
+		}
+	}
+	require.Equal(t, api.HashToken(token)+" worker types=noop,sleep pool=pool-a", line)
+	set, err := api.LoadTokens("", line)
+	require.NoError(t, err)
+	rec, ok := set.Lookup(token)
+	require.True(t, ok)
+	require.Equal(t, []string{"noop", "sleep"}, rec.Types)
+	require.Equal(t, "pool-a", rec.Pool)
+
+	out, err = run("--role", "worker")
+	require.NoError(t, err)
+	require.Regexp(t, `tokens file line: [0-9a-f]{64} worker\n`, out, "unscoped as before")
+
+	_, err = run("--role", "admin", "--types", "noop")
+	require.ErrorContains(t, err, "only for role worker")
+	_, err = run("--role", "agent", "--agent", "alice", "--pool", "p")
+	require.ErrorContains(t, err, "only for role worker")
+	_, err = run("--role", "worker", "--types", "")
+	require.Error(t, err)
+}
