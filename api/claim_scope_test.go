@@ -151,6 +151,24 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, string(body))
 	})
 
+	t.Run("HeartbeatAndDeregister", func(t *testing.T) {
+		// Only workers the scope could have registered: "wu" is of pool-q.
+		hb := func(id string) (int, []byte) {
+			return post(t, srv.URL+"/internal/workers/"+id+"/heartbeat", scoped, client.WorkerHeartbeatRequest{Status: "idle"})
+		}
+		e := errorOf(hb("wu"))
+		require.Equal(t, "pool_id", e.Field)
+		status, body := hb("ws-pool-p")
+		require.Equal(t, http.StatusOK, status, string(body))
+		e = errorOf(post(t, srv.URL+"/internal/workers/wu/deregister", scoped, struct{}{}))
+		require.Equal(t, "pool_id", e.Field)
+		w, err := b.st.WorkerGet(ctx, "wu", false)
+		require.NoError(t, err, "a refused deregistration leaves the worker")
+		require.Equal(t, "pool-q", w.PoolID)
+		status, body = post(t, srv.URL+"/internal/workers/nobody/deregister", scoped, struct{}{})
+		require.Equal(t, http.StatusNoContent, status, string(body))
+	})
+
 	t.Run("Claim", func(t *testing.T) {
 		noopJob := b.submitJob(t, "alice")
 		entry := readEntry(t, b.eng.Streams(), "noop", "noop", "ws", noopJob)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -73,6 +74,10 @@ func (s *Server) workerHeartbeat(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	if err := s.workerInScope(c, c.Param("id")); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	p := pools.HeartbeatParams{WorkerID: c.Param("id"), Status: store.WorkerStatus(req.Status),
 		InFlight: req.InFlight, JobsClaimed: req.JobsClaimed}
 	if req.Telemetry != nil {
@@ -94,11 +99,31 @@ func (s *Server) workerHeartbeat(c *gin.Context) {
 // deregisterWorker handles POST /internal/workers/{id}/deregister: 204, also for a worker the
 // registry does not know (the call may be repeated).
 func (s *Server) deregisterWorker(c *gin.Context) {
+	if err := s.workerInScope(c, c.Param("id")); err != nil {
+		if !errors.Is(err, store.ErrNotFound) { // unknown: nothing to deregister, 204 below
+			s.writeError(c, err)
+			return
+		}
+	}
 	if err := s.pools.DeregisterWorker(c.Request.Context(), c.Param("id")); err != nil {
 		s.writeError(c, err)
 		return
 	}
 	c.Status(http.StatusNoContent)
+}
+
+// workerInScope lets a scoped worker token act only on workers its scope could have registered:
+// of its pool, serving only types of its scope. Unscoped tokens pass without a lookup.
+func (s *Server) workerInScope(c *gin.Context, workerID string) error {
+	scope, err := s.workerScope(c)
+	if err != nil || !scope.Scoped() {
+		return err
+	}
+	w, err := s.pools.Worker(c.Request.Context(), workerID)
+	if err != nil {
+		return err
+	}
+	return registrationInScope(scope, client.RegisterWorkerRequest{WorkerID: w.ID, PoolID: w.PoolID, Types: w.Types})
 }
 
 func (s *Server) instructionToWire(in pools.Instruction) client.WorkerInstruction {

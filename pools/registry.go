@@ -216,3 +216,15 @@ func validateHeartbeat(p HeartbeatParams) error {
 	}
 	return nil
 }
+
+// Worker returns a registered worker (store.ErrNotFound when the registry does not know it).
+func (s *Service) Worker(ctx context.Context, id string) (store.Worker, error) {
+	if !workerIDPattern.MatchString(id) {
+		return store.Worker{}, invalid("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	}
+	w, err := s.st.WorkerGet(ctx, id, false)
+	if err != nil {
+		return store.Worker{}, fmt.Errorf("get worker %s: %w", id, err)
+	}
+	return w, nil
+}
