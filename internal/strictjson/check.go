@@ -93,7 +93,7 @@ func (c *checker) malformed() { c.stop = true }
 
 // pathMax is how many steps of a path a problem names: a value nested 600 deep is named by
 // where its nesting starts, not by 600 indexes.
-const pathMax = 16
+const pathMax = 20
 
 func (c *checker) renderPath() string {
 	var b strings.Builder
