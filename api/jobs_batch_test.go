@@ -178,7 +178,7 @@ func TestSubmitBatchMixed(t *testing.T) {
 		ok(generated, "pending", true),
 		failed("m-attempts", CodeInvalidRequest, "max_attempts"),
 		failed("m-timeout", CodeInvalidRequest, "timeout"),
-		ok("m-new", "pending", false), // the same id twice in a batch: the second finds the first
+		ok("m-new", "pending", false),                       // the same id twice in a batch: the second finds the first
 		failed("m-new", CodeIdempotencyMismatch, "payload"), // … and a third with another payload is refused
 		failed("", CodeInvalidRequest, "type"),
 	}
