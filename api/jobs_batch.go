@@ -261,11 +261,10 @@ func (s *Server) submitBatchLimit() int64 {
 // whole request: a 400 naming the field within the job ("jobs[3].timeout"), or the job
 // ("jobs[3]").
 func decodeBatchJob(i int, raw json.RawMessage, dst *submitBody) (jobErr, err error) {
-	field := fmt.Sprintf("jobs[%d]", i)
 	// The job's own depth counts from the body: the body's object and the jobs array.
 	p := strictjson.Check(raw, shapeOf(dst), MaxJSONDepth, 2)
 	if p != nil && p.InField != "payload" {
-		return nil, badRequest(field+"."+p.Path, "%s", p.Message)
+		return nil, badRequest(fmt.Sprintf("jobs[%d].%s", i, p.Path), "%s", p.Message)
 	}
 	if p != nil {
 		jobErr = badRequest(p.Path, "%s", p.Message)
@@ -276,6 +275,7 @@ func decodeBatchJob(i int, raw json.RawMessage, dst *submitBody) (jobErr, err er
 	if err == nil {
 		return jobErr, nil
 	}
+	field := fmt.Sprintf("jobs[%d]", i)
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field == "" {
 		return nil, badRequest(field, "must be a JSON object (a job), not %s", typeErr.Value)

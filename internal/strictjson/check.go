@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -43,10 +44,26 @@ func (p *Problem) Error() string {
 // deep counting from the value's own depth base (the depth its container has: 0 for a body).
 // It returns the first problem, or nil (also for malformed JSON, which the decoder refuses).
 func Check(data []byte, s *Shape, maxDepth, base int) *Problem {
-	c := checker{data: data, maxDepth: maxDepth, depth: base}
+	c := checkers.Get().(*checker)
+	c.data, c.pos, c.depth, c.maxDepth, c.problem, c.stop, c.inKey = data, 0, base, maxDepth, nil, false, false
+	defer c.release()
 	c.skipSpace()
 	c.value(s, limit{at: maxDepth})
 	return c.problem
+}
+
+// checkers keeps checkers and the capacity of their slices between checks: a check of a small
+// document then allocates nothing.
+var checkers = sync.Pool{New: func() any { return new(checker) }}
+
+// release returns c to checkers without what refers to the checked document.
+func (c *checker) release() {
+	clear(c.path[:cap(c.path)])
+	clear(c.keys[:cap(c.keys)])
+	clear(c.sets[:cap(c.sets)])
+	c.data, c.problem = nil, nil
+	c.path, c.keys, c.starts, c.sets = c.path[:0], c.keys[:0], c.starts[:0], c.sets[:0]
+	checkers.Put(c)
 }
 
 // segment is one step of the path to the value being checked: a key or an index.

@@ -143,3 +143,14 @@ func FuzzCheck(f *testing.F) {
 		require.Nil(t, Check(again, Any, 12, 0), "re-encoded %s", again)
 	})
 }
+
+// BenchmarkCheckJob is the check of one job of a batch, as decodeBatchJob runs it.
+func BenchmarkCheckJob(b *testing.B) {
+	job := []byte(`{"job_id":"batch-000000001","payload":{"prompt":"hello","n":3,"opts":{"t":0.5}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := Check(job, bodyShape, MaxDepth, 2); p != nil {
+			b.Fatal(p)
+		}
+	}
+}
