@@ -26,6 +26,8 @@ const (
 	CodePayloadTooLarge  = "payload_too_large"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
+
+	CodeIdempotencyMismatch = "idempotency_mismatch" // a resubmitted job_id with another request (409)
 )
 
 // Error is an error answer decided by the API layer itself (bad input, auth). Handlers return it

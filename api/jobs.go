@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -53,7 +54,7 @@ func (s *Server) submit(c *gin.Context) {
 	job, created, err := s.engine.Submit(c.Request.Context(), p)
 	adm.finish(err == nil && job.Status == store.JobPending)
 	if err != nil {
-		s.writeError(c, err)
+		s.writeError(c, submitError(err))
 		return
 	}
 	status := http.StatusOK
@@ -65,6 +66,17 @@ func (s *Server) submit(c *gin.Context) {
 		resp.Type, resp.RoutedFrom = job.Type, from
 	}
 	c.JSON(status, resp)
+}
+
+// submitError is the answer to a submit the engine refused: a resubmit of an existing job_id
+// with another request is a 409 idempotency_mismatch naming the first field that differs.
+func submitError(err error) error {
+	var mm *engine.MismatchError
+	if errors.As(err, &mm) {
+		return &Error{Status: http.StatusConflict, Code: CodeIdempotencyMismatch, Field: mm.Field,
+			Message: fmt.Sprintf("job %s: %s", mm.JobID, mm.Message)}
+	}
+	return err
 }
 
 // submitParams checks a submit body and binds it to the caller: an agent token submits for its
@@ -84,7 +96,7 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 		Actor: id.Actor()}
 	switch {
 	case p.JobID != "" && !engine.JobIDPattern.MatchString(p.JobID):
-		return p, badRequest("job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		return p, badRequest("job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -, and not . or ..")
 	case p.Type == "":
 		return p, badRequest("type", "is required")
 	case s.cfg.JobType(p.Type) == nil:
@@ -92,7 +104,7 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 	case p.Agent == "":
 		return p, badRequest("agent", "is required")
 	case !engine.AgentPattern.MatchString(p.Agent):
-		return p, badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		return p, badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -, and not . or ..")
 	case len(p.Payload) == 0:
 		return p, badRequest("payload", "is required (any JSON value, null included)")
 	case int64(len(p.Payload)) > s.cfg.MaxPayloadBytes:
@@ -105,16 +117,42 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 		p.MaxAttempts = *b.MaxAttempts
 	}
 	if len(b.Timeout) > 0 && string(b.Timeout) != "null" {
-		var d client.Duration
-		if err := d.UnmarshalJSON(b.Timeout); err != nil {
-			return p, badRequest("timeout", "%s", err.Error())
+		d, err := parseTimeout(b.Timeout)
+		if err != nil {
+			return p, err
 		}
-		if d <= 0 || time.Duration(d) > engine.MaxTimeout {
-			return p, badRequest("timeout", "must be positive and at most %s", engine.MaxTimeout)
-		}
-		p.Timeout = time.Duration(d)
+		p.Timeout = d
 	}
 	return p, nil
+}
+
+// parseTimeout reads a submit's timeout: seconds (a number) or a Go duration string, in
+// (0, engine.MaxTimeout]. A number of seconds is range-checked before it becomes a
+// time.Duration, whose nanoseconds would overflow from about 292 years on.
+func parseTimeout(raw json.RawMessage) (time.Duration, error) {
+	bad := badRequest("timeout", "must be positive and at most %s (%d seconds)", engine.MaxTimeout, int(engine.MaxTimeout.Seconds()))
+	if raw[0] != '"' {
+		f, err := strconv.ParseFloat(string(raw), 64)
+		switch {
+		case err != nil && !errors.Is(err, strconv.ErrRange):
+			return 0, badRequest("timeout", "want seconds or a duration like \"90s\"")
+		case err != nil || !(f > 0 && f <= engine.MaxTimeout.Seconds()):
+			return 0, bad
+		}
+		d := time.Duration(f * float64(time.Second))
+		if d <= 0 {
+			return 0, bad // under a nanosecond
+		}
+		return d, nil
+	}
+	var d client.Duration
+	if err := d.UnmarshalJSON(raw); err != nil {
+		return 0, badRequest("timeout", "%s", err.Error())
+	}
+	if d <= 0 || time.Duration(d) > engine.MaxTimeout {
+		return 0, bad
+	}
+	return time.Duration(d), nil
 }
 
 // getJob handles GET /jobs/:id. An agent sees only its own agent's jobs: another agent's job is

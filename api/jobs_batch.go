@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/strictjson"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -82,12 +83,15 @@ func (s *Server) submitBatch(c *gin.Context) {
 	jobs := make([]batchJob, len(body.Jobs))
 	for i, raw := range body.Jobs {
 		var b submitBody
-		if err := decodeBatchJob(i, raw, &b); err != nil {
+		jobErr, err := decodeBatchJob(i, raw, &b)
+		if err != nil {
 			s.writeError(c, err)
 			return
 		}
 		jobs[i].jobID = b.JobID
-		jobs[i].p, jobs[i].err = s.submitParams(id, b)
+		if jobs[i].err = jobErr; jobErr == nil {
+			jobs[i].p, jobs[i].err = s.submitParams(id, b)
+		}
 	}
 	body.Jobs = nil
 
@@ -192,7 +196,7 @@ func (s *Server) submitAdmitted(c *gin.Context, jobs []batchJob) {
 	}
 	for k, out := range s.engine.SubmitMany(c.Request.Context(), ps) {
 		j := &jobs[at[k]]
-		j.out, j.err = out, out.Err
+		j.out, j.err = out, submitError(out.Err)
 		j.adm.finish(out.Err == nil && out.Job.Status == store.JobPending)
 	}
 }
@@ -250,26 +254,38 @@ func (s *Server) submitBatchLimit() int64 {
 	return SubmitBatchMaxBytes
 }
 
-// decodeBatchJob decodes job i of a batch as strictly as decodeJSON decodes a submit; an error
-// is a 400 naming the field within the job ("jobs[3].timeout"), or the job ("jobs[3]").
-func decodeBatchJob(i int, raw json.RawMessage, dst *submitBody) error {
+// decodeBatchJob decodes job i of a batch as strictly as decodeJSON decodes a submit. A job
+// whose payload strictjson refuses (invalid UTF-8, a lone surrogate escape, a repeated key,
+// nesting too deep) fails alone: jobErr is its 400, naming the field as the single submit
+// would ("payload.a"), and the job is decoded for its job_id. Any other error refuses the
+// whole request: a 400 naming the field within the job ("jobs[3].timeout"), or the job
+// ("jobs[3]").
+func decodeBatchJob(i int, raw json.RawMessage, dst *submitBody) (jobErr, err error) {
+	// The job's own depth counts from the body: the body's object and the jobs array.
+	p := strictjson.Check(raw, shapeOf(dst), MaxJSONDepth, 2)
+	if p != nil && p.InField != "payload" {
+		return nil, badRequest(fmt.Sprintf("jobs[%d].%s", i, p.Path), "%s", p.Message)
+	}
+	if p != nil {
+		jobErr = badRequest(p.Path, "%s", p.Message)
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
+	err = dec.Decode(dst)
 	if err == nil {
-		return nil
+		return jobErr, nil
 	}
 	field := fmt.Sprintf("jobs[%d]", i)
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field == "" {
-		return badRequest(field, "must be a JSON object (a job), not %s", typeErr.Value)
+		return nil, badRequest(field, "must be a JSON object (a job), not %s", typeErr.Value)
 	}
 	var apiErr *Error
 	if !errors.As(decodeError(err), &apiErr) {
-		return badRequest(field, "cannot decode the job: %s", err.Error())
+		return nil, badRequest(field, "cannot decode the job: %s", err.Error())
 	}
 	if apiErr.Field != "" {
 		field += "." + apiErr.Field
 	}
-	return badRequest(field, "%s", apiErr.Message)
+	return nil, badRequest(field, "%s", apiErr.Message)
 }

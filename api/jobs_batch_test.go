@@ -149,6 +149,7 @@ func TestSubmitBatchMixed(t *testing.T) {
 		{"type": "noop", "payload": null, "max_attempts": 7, "timeout": "90s"},
 		{"job_id": "m-attempts", "type": "noop", "payload": {}, "max_attempts": 0},
 		{"job_id": "m-timeout", "type": "noop", "payload": {}, "timeout": "soon"},
+		{"job_id": "m-new", "type": "noop", "payload": { "a" : 1 }},
 		{"job_id": "m-new", "type": "noop", "payload": {"a": 2}},
 		null
 	]}`
@@ -156,7 +157,7 @@ func TestSubmitBatchMixed(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	require.Empty(t, rec.Header().Get("Retry-After"), "no admission control here")
 	resp := decode[client.SubmitBatchResponse](t, rec)
-	require.Len(t, resp.Results, 12)
+	require.Len(t, resp.Results, 13)
 
 	ok := func(id, status string, created bool) client.SubmitBatchResult {
 		return client.SubmitBatchResult{JobID: id, Status: status, Created: created}
@@ -171,13 +172,14 @@ func TestSubmitBatchMixed(t *testing.T) {
 		failed("m-type", CodeInvalidRequest, "type"),
 		failed("has space", CodeInvalidRequest, "job_id"),
 		failed("m-nopayload", CodeInvalidRequest, "payload"),
-		ok("alice-old", "pending", false),
+		failed("alice-old", CodeIdempotencyMismatch, "payload"), // not the payload it was submitted with
 		failed("m-bob", CodeForbidden, ""),
 		failed("bob-old", CodeConflict, ""),
 		ok(generated, "pending", true),
 		failed("m-attempts", CodeInvalidRequest, "max_attempts"),
 		failed("m-timeout", CodeInvalidRequest, "timeout"),
-		ok("m-new", "pending", false), // the same id twice in a batch: the second finds the first
+		ok("m-new", "pending", false),                       // the same id twice in a batch: the second finds the first
+		failed("m-new", CodeIdempotencyMismatch, "payload"), // … and a third with another payload is refused
 		failed("", CodeInvalidRequest, "type"),
 	}
 	for i, r := range resp.Results {
@@ -188,8 +190,8 @@ func TestSubmitBatchMixed(t *testing.T) {
 		require.Equal(t, want[i], r, "result %d", i)
 	}
 	require.Equal(t, 2, resp.Created)
-	require.Equal(t, 2, resp.Existing)
-	require.Equal(t, 8, resp.Failed)
+	require.Equal(t, 1, resp.Existing)
+	require.Equal(t, 10, resp.Failed)
 
 	// The messages are those of the single submit.
 	single := decode[client.ErrorBody](t, b.request(t, http.MethodPost, "/jobs/submit", "alice",
@@ -229,6 +231,7 @@ func TestSubmitBatchBadJobs(t *testing.T) {
 		"NumericJobID": "jobs[1].job_id", "FractionalMaxAttempts": "jobs[1].max_attempts",
 		"UnknownField": "jobs[1].priority", "TypeIsNotAString": "jobs[1].type", "NotAnObject": "jobs[1]",
 		"InvalidJSON": "", "SyntaxError": "", "TrailingGarbage": "", "TwoObjects": "", "Empty": "",
+		"CaseMismatchedField": "jobs[1].Type", "DuplicateKey": "jobs[1].type", "InvalidUTF8Type": "jobs[1].type",
 	}
 	for i, c := range badSubmits("") {
 		t.Run(c.name, func(t *testing.T) {

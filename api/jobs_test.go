@@ -24,7 +24,7 @@ func TestSubmitIsIdempotentOnJobID(t *testing.T) {
 	first := decode[client.SubmitResponse](t, rec)
 	require.Equal(t, client.SubmitResponse{JobID: "job-1", Status: "pending", Created: true}, first)
 
-	body.Payload = []byte(`{"n":2}`) // a repeat returns the existing job, whatever it carries
+	body.Payload = []byte(`{ "n" : 1.0 }`) // a repeat of the request returns the existing job
 	rec = b.request(t, http.MethodPost, "/jobs/submit", "alice", body)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	require.Equal(t, client.SubmitResponse{JobID: "job-1", Status: "pending", Created: false}, decode[client.SubmitResponse](t, rec))
@@ -40,6 +40,33 @@ func TestSubmitIsIdempotentOnJobID(t *testing.T) {
 	require.Equal(t, "pending", job.Status)
 	require.NotEmpty(t, job.StreamID)
 	require.Equal(t, 3, job.MaxAttempts, "the type's default")
+
+	t.Run("SameRequestWithTheDefaultsNamed", func(t *testing.T) {
+		t.Parallel()
+		rec := b.request(t, http.MethodPost, "/jobs/submit", "alice",
+			`{"job_id":"job-1","type":"noop","payload":{"n":1},"max_attempts":3,"timeout":"`+time.Duration(job.Timeout).String()+`"}`)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	})
+	// A resubmit of the id with another request is refused, naming the first field that
+	// differs; nothing changes.
+	for name, c := range map[string]struct{ body, field string }{
+		"Payload":        {`{"job_id":"job-1","type":"noop","payload":{"n":2}}`, "payload"},
+		"PayloadKeys":    {`{"job_id":"job-1","type":"noop","payload":{"n":1,"m":1}}`, "payload"},
+		"Type":           {`{"job_id":"job-1","type":"sleep","payload":{"n":2}}`, "type"},
+		"MaxAttempts":    {`{"job_id":"job-1","type":"noop","payload":{"n":1},"max_attempts":4}`, "max_attempts"},
+		"Timeout":        {`{"job_id":"job-1","type":"noop","payload":{"n":1},"timeout":"1h"}`, "timeout"},
+		"FirstDiffering": {`{"job_id":"job-1","type":"noop","payload":{"n":3},"timeout":"1h"}`, "payload"},
+	} {
+		t.Run("Mismatch"+name, func(t *testing.T) {
+			t.Parallel()
+			rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", c.body)
+			e := requireError(t, rec, http.StatusConflict, CodeIdempotencyMismatch, c.field)
+			require.Contains(t, e.Message, "job-1")
+			got := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/job-1", "alice", nil))
+			require.JSONEq(t, `{"n":1}`, string(got.Payload))
+			require.Equal(t, 3, got.MaxAttempts)
+		})
+	}
 
 	t.Run("OtherAgentsJobIDIsAConflict", func(t *testing.T) {
 		t.Parallel()

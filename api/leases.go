@@ -72,7 +72,7 @@ func grantParams(id Identity, req client.LeaseRequest) (leases.GrantParams, erro
 		}
 	}
 	p := leases.GrantParams{Agent: req.Agent, NodeID: req.NodeID, MemoryMB: req.MinMemoryMB,
-		Exclusive: req.Exclusive, TTL: time.Duration(req.TTLSeconds) * time.Second, Actor: id.Actor()}
+		Exclusive: req.Exclusive, Actor: id.Actor()}
 	switch req.Mode {
 	case "", client.LeaseModeGPU:
 		p.Mode = store.LeaseGPU
@@ -94,9 +94,12 @@ func grantParams(id Identity, req client.LeaseRequest) (leases.GrantParams, erro
 		return p, badRequest("min_memory_mb", "must be in 0..%d", leaseMaxMemoryMB)
 	case p.Mode == store.LeaseCPU && p.Exclusive:
 		return p, badRequest("exclusive", "only a gpu lease can be exclusive")
-	case req.TTLSeconds < 0 || time.Duration(req.TTLSeconds)*time.Second > leases.MaxTTL:
+	case req.TTLSeconds < 0 || int64(req.TTLSeconds) > int64(leases.MaxTTL/time.Second):
+		// Checked in seconds: multiplied into a time.Duration first, 9223372037 would wrap
+		// to a negative TTL and 18446744074 to a fraction of a second.
 		return p, badRequest("ttl_seconds", "must be in 1..%d (0: the default)", int(leases.MaxTTL.Seconds()))
 	}
+	p.TTL = time.Duration(req.TTLSeconds) * time.Second
 	if len(req.Metadata) > 0 && string(req.Metadata) != "null" {
 		var obj map[string]json.RawMessage
 		if len(req.Metadata) > leaseMetadataBytes || json.Unmarshal(req.Metadata, &obj) != nil {

@@ -50,8 +50,28 @@ func badSubmits(agent string) []badSubmit {
 		{"TrailingGarbage", ok("") + ` x`, ""},
 		{"TwoObjects", ok("") + ok(""), ""},
 		{"Empty", ``, ""},
+		// Strictness: what encoding/json lets through (issue 25).
+		{"CaseMismatchedField", fmt.Sprintf(`{"Type":"noop","agent":%q,"payload":{}}`, agent), "Type"},
+		{"DuplicateKey", ok(`,"type":"sleep"`), "type"},
+		{"DotJobID", ok(`,"job_id":"."`), "job_id"},
+		{"DotDotJobID", ok(`,"job_id":".."`), "job_id"},
+		{"DotDotAgent", `{"type":"noop","agent":"..","payload":{}}`, "agent"},
+		{"InvalidUTF8Type", fmt.Sprintf("{\"type\":\"noop\xff\",\"agent\":%q,\"payload\":{}}", agent), "type"},
+		{"InvalidUTF8Payload", fmt.Sprintf("{\"type\":\"noop\",\"agent\":%q,\"payload\":{\"s\":\"\xff\"}}", agent), "payload.s"},
+		{"InvalidUTF8PayloadKey", fmt.Sprintf("{\"type\":\"noop\",\"agent\":%q,\"payload\":{\"\xc3\":1}}", agent), "payload"},
+		{"LoneSurrogatePayload", fmt.Sprintf(`{"type":"noop","agent":%q,"payload":["\ud800"]}`, agent), "payload[0]"},
+		{"DuplicateKeyInPayload", fmt.Sprintf(`{"type":"noop","agent":%q,"payload":{"a":1,"a":2}}`, agent), "payload.a"},
+		{"DeepPayload", fmt.Sprintf(`{"type":"noop","agent":%q,"payload":%s}`, agent, deepJSON(MaxJSONDepth)),
+			"payload" + strings.Repeat("[0]", 19) + "…"},
+		{"TimeoutOverflowsDuration", ok(`,"timeout":9223372037`), "timeout"},
+		{"TimeoutWrapsAround", ok(`,"timeout":18446744074`), "timeout"},
+		{"TimeoutOutOfFloatRange", ok(`,"timeout":1e400`), "timeout"},
+		{"TimeoutUnderANanosecond", ok(`,"timeout":1e-10`), "timeout"},
 	}
 }
+
+// deepJSON is an array nested n deep.
+func deepJSON(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 
 // TestSubmitBadInputWithoutDatabase runs the bad-input table against a stack whose database is
 // down: a 400 there proves the input was refused before the engine reached the database.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"sort"
@@ -351,15 +352,18 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	if v := getenv("ORCH_WORKER_TYPES"); v != "" {
 		c.Worker.Types = splitList(v)
 	}
+	// maxMS is the most milliseconds a time.Duration holds: more would wrap around.
+	const maxMS = math.MaxInt64 / int64(time.Millisecond)
 	ints := []struct {
 		key string
+		max int64
 		set func(int64)
 	}{
-		{"ORCH_CLAIM_IDLE_MS", func(n int64) { c.ClaimIdle = time.Duration(n) * time.Millisecond }},
-		{"ORCH_MAX_PAYLOAD_BYTES", func(n int64) { c.MaxPayloadBytes = n }},
-		{"ORCH_SUBMIT_BATCH_CONCURRENCY", func(n int64) { c.SubmitBatchConcurrency = int(n) }},
-		{"ORCH_WORKER_CONCURRENCY", func(n int64) { c.Worker.Concurrency = int(n) }},
-		{"ORCH_LEASE_TTL_MS", func(n int64) { c.Leases.TTL = time.Duration(n) * time.Millisecond }},
+		{"ORCH_CLAIM_IDLE_MS", maxMS, func(n int64) { c.ClaimIdle = time.Duration(n) * time.Millisecond }},
+		{"ORCH_MAX_PAYLOAD_BYTES", math.MaxInt64, func(n int64) { c.MaxPayloadBytes = n }},
+		{"ORCH_SUBMIT_BATCH_CONCURRENCY", math.MaxInt32, func(n int64) { c.SubmitBatchConcurrency = int(n) }},
+		{"ORCH_WORKER_CONCURRENCY", math.MaxInt32, func(n int64) { c.Worker.Concurrency = int(n) }},
+		{"ORCH_LEASE_TTL_MS", maxMS, func(n int64) { c.Leases.TTL = time.Duration(n) * time.Millisecond }},
 	}
 	for _, e := range ints {
 		v := getenv(e.key)
@@ -367,8 +371,8 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			continue
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("config: %s=%q: want a positive integer", e.key, v)
+		if err != nil || n <= 0 || n > e.max {
+			return fmt.Errorf("config: %s=%q: want a positive integer of at most %d", e.key, v, e.max)
 		}
 		e.set(n)
 	}

@@ -150,7 +150,7 @@ func TestSubmit(t *testing.T) {
 		b := setup(t)
 		job := b.submit(t, "noop")
 		again, created, err := b.eng.Submit(ctx, engine.SubmitParams{
-			JobID: job.ID, Type: "noop", Agent: "tester", Payload: json.RawMessage(`{"x":2}`),
+			JobID: job.ID, Type: "noop", Agent: "tester", Payload: json.RawMessage(`{ "x": 1 }`),
 		})
 		require.NoError(t, err)
 		require.False(t, created)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/internal/ident"
+	"github.com/gpuorch/orchestrator/internal/strictjson"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/tracing"
@@ -45,8 +46,9 @@ var AgentPattern = ident.Pattern{Min: 1, Max: 128}
 // publishes the job to its type's stream; its enqueued mark is written a moment later (see
 // markQueue). A transaction of publishInTxMin jobs or more publishes them before it commits
 // instead, and its COMMIT carries their marks (publishInTx). A job_id that exists already
-// returns the existing job with created=false and writes nothing; an existing job_id of
-// another agent is a conflict. A failed publish is not an error: the job stays unpublished and
+// returns the existing job with created=false and writes nothing when p repeats its request
+// (sameRequest), and a *MismatchError when it does not; an existing job_id of another agent
+// is a conflict. A failed publish is not an error: the job stays unpublished and
 // the dispatcher publishes it (the outbox).
 //
 // Concurrent submits are committed together (group commit, see submitGroup): Submit returns
@@ -54,11 +56,13 @@ var AgentPattern = ident.Pattern{Min: 1, Max: 128}
 // than publishInTxMin jobs answers first and publishes after, so the returned job is not yet
 // marked enqueued and its entry may come a moment later (FlushMarks waits for it).
 func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, error) {
+	attempts, timeout := explicitFields(p)
 	jt, err := e.validateSubmit(&p)
 	if err != nil {
 		return store.Job{}, false, err
 	}
 	r := newSubmitReq(ctx, p, jt)
+	r.explicitAttempts, r.explicitTimeout = attempts, timeout
 	e.group.enqueue(e, r)
 	<-r.done
 	return r.out.Job, r.out.Created, r.out.Err
@@ -68,7 +72,7 @@ func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, e
 type SubmitOutcome struct {
 	Job     store.Job
 	Created bool
-	Err     error // a *ValidationError, store.ErrConflict (another agent's id), or a database error
+	Err     error // a *ValidationError, a *MismatchError, store.ErrConflict (another agent's id), or a database error
 }
 
 // SubmitMany submits jobs as Submit does, each validated on its own: an invalid job is refused
@@ -80,12 +84,15 @@ func (e *Engine) SubmitMany(ctx context.Context, ps []SubmitParams) []SubmitOutc
 	reqs := make([]*submitReq, 0, len(ps))
 	at := make([]int, 0, len(ps))
 	for i := range ps {
+		attempts, timeout := explicitFields(ps[i])
 		jt, err := e.validateSubmit(&ps[i])
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		reqs = append(reqs, newSubmitReq(ctx, ps[i], jt))
+		r := newSubmitReq(ctx, ps[i], jt)
+		r.explicitAttempts, r.explicitTimeout = attempts, timeout
+		reqs = append(reqs, r)
 		at = append(at, i)
 	}
 	e.group.enqueue(e, reqs...)
@@ -123,9 +130,11 @@ func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 		return SubmitOutcome{Job: jobs[0], Created: true}
 	case job.Agent != p.Agent:
 		return SubmitOutcome{Err: fmt.Errorf("submit job %s: the id belongs to another agent: %w", p.JobID, store.ErrConflict)}
-	default:
-		return SubmitOutcome{Job: job}
 	}
+	if err := e.sameRequest(r, job); err != nil {
+		return SubmitOutcome{Err: err}
+	}
+	return SubmitOutcome{Job: job}
 }
 
 // submitMany commits new jobs with one multi-row insert and their audit rows in one
@@ -133,7 +142,19 @@ func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 // them; from publishInTxMin jobs on, it publishes them before the commit instead (see
 // publishInTx). When any of the ids exists already the transaction rolls back and every job
 // goes through submitOne instead, which tells new ids from taken ones.
+//
+// A transaction that fails otherwise may have failed for one job's own data (a value the
+// database refuses that the checks before let through: a payload SQLite's json_valid finds
+// too deep, a string MariaDB's utf8mb4 refuses), which must not fail the other submitters'
+// jobs: unless the database is out of reach (dependencyDown), the jobs go again in two halves,
+// and so on, so that each failing job fails alone and the others commit. Halving costs about
+// 2·log2(n) transactions per failing job; one at a time would cost n.
 func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
+	e.submitHalves(ctx, reqs, false)
+}
+
+// submitHalves is submitMany of reqs, a half of a failed transaction's jobs when halved.
+func (e *Engine) submitHalves(ctx context.Context, reqs []*submitReq, halved bool) {
 	now := e.nowUTC()
 	inTx := len(reqs) >= publishInTxMin
 	var jobs []store.Job
@@ -164,7 +185,20 @@ func (e *Engine) submitMany(ctx context.Context, reqs []*submitReq) {
 			r.finish(e.submitOne(ctx, r))
 		}
 		return
+	case err != nil && len(reqs) > 1 && !dependencyDown(ctx, err):
+		if !halved {
+			e.log.Warn("a submit transaction failed; its jobs go again in halves, so that a job that fails it fails alone",
+				"jobs", len(reqs), "first_job_id", reqs[0].p.JobID, "error", err)
+		}
+		half := len(reqs) / 2
+		e.submitHalves(ctx, reqs[:half], true)
+		e.submitHalves(ctx, reqs[half:], true)
+		return
 	case err != nil:
+		if halved && len(reqs) == 1 && !dependencyDown(ctx, err) {
+			e.log.Error("a job failed its submit transaction alone: the database refused its data", "job_id", reqs[0].p.JobID,
+				"agent", reqs[0].p.Agent, "error", err)
+		}
 		for _, r := range reqs {
 			r.finish(SubmitOutcome{Err: fmt.Errorf("submit job: %w", err)})
 		}
@@ -333,7 +367,7 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if p.JobID == "" {
 		p.JobID = NewJobID()
 	} else if !JobIDPattern.MatchString(p.JobID) {
-		return nil, invalid("job_id", "must match %s", JobIDPattern)
+		return nil, invalid("job_id", "must match %s, and not be . or ..", JobIDPattern)
 	}
 	if p.Type == "" {
 		return nil, invalid("type", "is required")
@@ -346,7 +380,7 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 		return nil, invalid("agent", "is required")
 	}
 	if !AgentPattern.MatchString(p.Agent) {
-		return nil, invalid("agent", "must match %s", AgentPattern)
+		return nil, invalid("agent", "must match %s, and not be . or ..", AgentPattern)
 	}
 	if len(p.Payload) == 0 {
 		return nil, invalid("payload", "is required (any JSON value)")
@@ -354,8 +388,21 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if int64(len(p.Payload)) > e.cfg.MaxPayloadBytes {
 		return nil, invalid("payload", "is %d bytes, over the limit of %d", len(p.Payload), e.cfg.MaxPayloadBytes)
 	}
-	if !p.PayloadChecked && !json.Valid(p.Payload) {
-		return nil, invalid("payload", "is not valid JSON")
+	if !p.PayloadChecked {
+		if !json.Valid(p.Payload) {
+			return nil, invalid("payload", "is not valid JSON")
+		}
+		// What the API's decoder refuses in a payload, within a body one level up.
+		if prob := strictjson.Check(p.Payload, strictjson.Any, strictjson.MaxDepth, 1); prob != nil {
+			field := "payload"
+			switch {
+			case strings.HasPrefix(prob.Path, "["):
+				field += prob.Path
+			case prob.Path != "":
+				field += "." + prob.Path
+			}
+			return nil, invalid(field, "%s", prob.Message)
+		}
 	}
 	switch {
 	case p.MaxAttempts == 0:

@@ -2,9 +2,14 @@ package engine
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
@@ -33,6 +38,9 @@ type submitReq struct {
 	jt   *config.JobType
 	out  SubmitOutcome
 	done chan struct{}
+	// explicitAttempts and explicitTimeout: the submit named them (not the type's default),
+	// so a resubmit of an existing id compares them (sameRequest).
+	explicitAttempts, explicitTimeout bool
 }
 
 func newSubmitReq(ctx context.Context, p SubmitParams, jt *config.JobType) *submitReq {
@@ -145,4 +153,20 @@ func (e *Engine) commitBatch(batch []*submitReq) {
 	for _, r := range again {
 		r.finish(e.submitOne(ctx, r))
 	}
+}
+
+// dependencyDown reports whether a failed submit transaction failed because the database is
+// out of reach or the commit's time is up, rather than for the data of one of its jobs: then
+// trying its jobs again in halves would only hammer a database that is down.
+func dependencyDown(ctx context.Context, err error) bool {
+	var netErr net.Error
+	return ctx.Err() != nil ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) ||
+		errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, sql.ErrConnDone) ||
+		errors.As(err, &netErr) ||
+		errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE)
 }

@@ -26,7 +26,7 @@ func TestSubmitGroupCommit(t *testing.T) {
 	for i := range ids {
 		ids[i] = uid("grp")
 	}
-	ids[n-1] = ids[0] // the same id from two submitters at once
+	ids[n-1] = ids[0] // the same id (and request) from two submitters at once
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -35,7 +35,7 @@ func TestSubmitGroupCommit(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			job, isNew, err := b.eng.Submit(ctx, engine.SubmitParams{
-				JobID: ids[i], Type: "noop", Agent: "tester", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
+				JobID: ids[i], Type: "noop", Agent: "tester", Payload: json.RawMessage(fmt.Sprintf(`{"id":%q}`, ids[i])),
 				Actor: "agent:tester",
 			})
 			require.NoError(t, err)
@@ -78,11 +78,12 @@ func TestSubmitMany(t *testing.T) {
 	out := b.eng.SubmitMany(ctx, []engine.SubmitParams{
 		{JobID: fresh1, Type: "noop", Agent: "tester", Payload: json.RawMessage(`1`)},
 		{JobID: uid("bad"), Type: "nope", Agent: "tester", Payload: json.RawMessage(`1`)},
-		{JobID: existing.ID, Type: "noop", Agent: "tester", Payload: json.RawMessage(`2`)},
+		{JobID: existing.ID, Type: "noop", Agent: "tester", Payload: json.RawMessage(`{ "x": 1 }`)},
 		{JobID: existing.ID, Type: "noop", Agent: "intruder", Payload: json.RawMessage(`3`)},
 		{JobID: fresh2, Type: "noop", Agent: "tester", Payload: json.RawMessage(`4`)},
+		{JobID: existing.ID, Type: "noop", Agent: "tester", Payload: json.RawMessage(`2`)},
 	})
-	require.Len(t, out, 5)
+	require.Len(t, out, 6)
 	require.NoError(t, out[0].Err)
 	require.True(t, out[0].Created)
 	require.Equal(t, fresh1, out[0].Job.ID)
@@ -95,6 +96,9 @@ func TestSubmitMany(t *testing.T) {
 	require.ErrorIs(t, out[3].Err, store.ErrConflict)
 	require.NoError(t, out[4].Err)
 	require.True(t, out[4].Created)
+	var mm *engine.MismatchError
+	require.ErrorAs(t, out[5].Err, &mm, "the existing id with another payload")
+	require.Equal(t, "payload", mm.Field)
 
 	b.eng.FlushMarks(ctx)
 	for _, id := range []string{fresh1, fresh2} {

@@ -1,5 +1,7 @@
 // Package ident checks the identifiers the API takes (job ids, agent, worker, pool and node
-// names, stream references): a run of A-Z a-z 0-9 . _ : - of bounded length.
+// names, stream references): a run of A-Z a-z 0-9 . _ : - of bounded length, other than "."
+// and "..", which name a directory and its parent wherever an id becomes a path segment (a
+// URL: /jobs/.. is /; a file name).
 //
 // It is a loop over the bytes rather than a regexp: a submit checks two of these and a claim
 // three per job, and Go's regexp engine cost the orchestrator about 2% of its CPU in the
@@ -8,7 +10,8 @@ package ident
 
 import "fmt"
 
-// Pattern is the identifiers of Min to Max characters, every one of A-Z a-z 0-9 . _ : -.
+// Pattern is the identifiers of Min to Max characters, every one of A-Z a-z 0-9 . _ : -, other
+// than "." and "..".
 type Pattern struct{ Min, Max int }
 
 // allowed marks the bytes an identifier may hold.
@@ -22,7 +25,7 @@ var allowed = func() (t [256]bool) {
 
 // MatchString reports whether s is one of p's identifiers.
 func (p Pattern) MatchString(s string) bool {
-	if len(s) < p.Min || len(s) > p.Max {
+	if len(s) < p.Min || len(s) > p.Max || s == "." || s == ".." {
 		return false
 	}
 	for i := range len(s) {
@@ -33,7 +36,8 @@ func (p Pattern) MatchString(s string) bool {
 	return true
 }
 
-// String is p as a regular expression, for error messages.
+// String is p as a regular expression, for error messages, without the exception of "." and
+// ".." (RE2 has no lookahead): messages say it apart.
 func (p Pattern) String() string {
 	return fmt.Sprintf("^[A-Za-z0-9._:-]{%d,%d}$", p.Min, p.Max)
 }
