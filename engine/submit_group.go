@@ -3,13 +3,10 @@ package engine
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
@@ -159,14 +156,9 @@ func (e *Engine) commitBatch(batch []*submitReq) {
 // out of reach or the commit's time is up, rather than for the data of one of its jobs: then
 // trying its jobs again in halves would only hammer a database that is down.
 func dependencyDown(ctx context.Context, err error) bool {
-	var netErr net.Error
 	return ctx.Err() != nil ||
+		errors.Is(err, store.ErrUnavailable) || // the drivers mark a database that cannot serve now
 		errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) ||
-		errors.Is(err, driver.ErrBadConn) ||
-		errors.Is(err, sql.ErrConnDone) ||
-		errors.As(err, &netErr) ||
-		errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE)
+		errors.Is(err, sql.ErrConnDone)
 }
