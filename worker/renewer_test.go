@@ -3,9 +3,11 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,14 +209,16 @@ func TestDropGone(t *testing.T) {
 	require.NotContains(t, out, "job_id=acked")
 }
 
-// touchHook is a go-redis hook that holds or fails the worker's touches (pipelines of XCLAIM),
-// as a Redis that hangs or refuses would, and lets every other command through.
-type touchHook struct {
+// pipeHook is a go-redis hook that holds or fails the worker's pipelines of one command (the
+// touches' XCLAIM, the acks' XACK), as a Redis that hangs or refuses would, and lets every
+// other command through.
+type pipeHook struct {
+	cmd     string
 	calls   atomic.Int64
-	entered chan struct{} // receives once per touch that reached the hook (buffered)
-	// mode: hookPass lets touches through, hookHold holds each until release closes (its
-	// context ignored: a touch that never returns), hookHang holds each until its context
-	// ends (a stopped Redis, to the touch's own deadline), hookFail fails it at once.
+	entered chan struct{} // receives once per pipeline that reached the hook (buffered)
+	// mode: hookPass lets them through, hookHold holds each until release closes (its
+	// context ignored: a call that never returns), hookHang holds each until its context
+	// ends (a stopped Redis, to the call's own deadline), hookFail fails it at once.
 	mode    atomic.Int32
 	release chan struct{}
 }
@@ -226,19 +230,19 @@ const (
 	hookFail
 )
 
-func newTouchHook(mode int32) *touchHook {
-	h := &touchHook{entered: make(chan struct{}, 1000), release: make(chan struct{})}
+func newPipeHook(cmd string, mode int32) *pipeHook {
+	h := &pipeHook{cmd: cmd, entered: make(chan struct{}, 1000), release: make(chan struct{})}
 	h.mode.Store(mode)
 	return h
 }
 
-func (h *touchHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *pipeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *touchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
-func (h *touchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || cmds[0].Name() != "xclaim" {
+		if len(cmds) == 0 || cmds[0].Name() != h.cmd {
 			return next(ctx, cmds)
 		}
 		h.calls.Add(1)
@@ -251,9 +255,9 @@ func (h *touchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			<-h.release
 		case hookHang:
 			<-ctx.Done()
-			return fmt.Errorf("touch held by the test: %w", ctx.Err())
+			return fmt.Errorf("held by the test: %w", ctx.Err())
 		case hookFail:
-			return errors.New("touch refused by the test")
+			return errors.New("refused by the test")
 		}
 		return next(ctx, cmds)
 	}
@@ -265,7 +269,7 @@ func (h *touchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestRenewalsDoNotWaitForTouches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	hook := newTouchHook(hookHold)
+	hook := newPipeHook("xclaim", hookHold)
 	b.streams.Redis().AddHook(hook)
 	h := newBlockingHandler(4)
 	b.reg.Register("block", h)
@@ -312,7 +316,7 @@ func TestRenewalsDoNotWaitForTouches(t *testing.T) {
 func TestTouchFailuresWarnOncePerOutage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	hook := newTouchHook(hookHang)
+	hook := newPipeHook("xclaim", hookHang)
 	b.streams.Redis().AddHook(hook)
 	h := newBlockingHandler(4)
 	b.reg.Register("block", h)
@@ -358,4 +362,69 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// quickThenBlock runs the job "quick" at once and blocks every other (blockingHandler).
+type quickThenBlock struct{ *blockingHandler }
+
+func (h quickThenBlock) Run(ctx context.Context, job Job) (json.RawMessage, error) {
+	if job.ID == "quick" {
+		return json.RawMessage(`{}`), nil
+	}
+	return h.blockingHandler.Run(ctx, job)
+}
+
+// TestClaimedJobsDoNotWaitForAcks: when results ride along with a claim, the jobs claimed
+// start, and their leases are renewed, before the results' entries are acked; an ack that
+// hangs (Redis stopped) holds no new lease back. One slot: "quick" runs, and its result goes
+// out with the claim of "slow" (claimAlong); then quick's ack hangs.
+func TestClaimedJobsDoNotWaitForAcks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hook := newPipeHook("xack", hookHold)
+	b.streams.Redis().AddHook(hook)
+	h := newBlockingHandler(4)
+	b.reg.Register("block", quickThenBlock{h})
+	cfg := b.cfg(jobType("block", "block"))
+	cfg.Concurrency, cfg.Batch, cfg.LeaseTTL = 1, 1, 300*time.Millisecond
+	b.publish(t, "block", "block", `{}`, "quick", "slow")
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hook.release) }) }
+	b.start(t, cfg)
+	t.Cleanup(release) // before the worker's stop
+
+	select {
+	case <-hook.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("quick's entry was never acked")
+	}
+	select {
+	case id := <-h.running:
+		require.Equal(t, "slow", id)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job claimed with quick's result waits for quick's ack")
+	}
+	b.api.mu.Lock()
+	withClaims := b.api.resultsWithClaims
+	b.api.mu.Unlock()
+	require.Equal(t, 1, withClaims, "quick's result rode along with slow's claim")
+	renewals := func() int {
+		n := 0
+		for _, r := range b.api.renewCalls() {
+			if slices.Contains(r.Tokens, "lease-slow") {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return renewals() >= 3 }, 30*time.Second, 5*time.Millisecond,
+		"slow's lease is renewed while quick's ack hangs")
+
+	release()
+	close(h.gate)
+	require.Eventually(t, func() bool {
+		r, ok := b.api.result("slow")
+		return ok && r.Status == client.ResultDone
+	}, 30*time.Second, 5*time.Millisecond)
+	b.requirePending(t, "block", 0)
 }
