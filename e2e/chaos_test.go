@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -183,8 +184,16 @@ func TestChaos(t *testing.T) {
 	var redisHang hangWindow
 	if rs != nil {
 		evs = append(evs, chaosEvent{13 * time.Second, "SIGKILL Redis, start it empty", rs.wipe},
-			chaosEvent{31 * time.Second, "SIGSTOP Redis (hang)", func() { redisHang.from = time.Now(); rs.hang() }},
-			chaosEvent{37 * time.Second, "SIGCONT Redis", func() { rs.resume(); redisHang.to = time.Now() }})
+			chaosEvent{31 * time.Second, "SIGSTOP Redis (hang)", func() {
+				redisHang.from = time.Now()
+				r.holdStarts = true
+				rs.hang()
+			}},
+			chaosEvent{37 * time.Second, "SIGCONT Redis", func() {
+				rs.resume()
+				redisHang.to = time.Now()
+				r.releaseStarts()
+			}})
 	}
 	if md != nil {
 		evs = append(evs,
@@ -259,7 +268,11 @@ type chaosRun struct {
 	workers []*proc // current incarnation per slot; nil while killed
 	starts  []int   // incarnations per slot
 
-	crashed       []string             // processes that exited without being killed
+	crashed []string // processes that exited without being killed
+	// holdStarts defers the workers' restarts (while Redis hangs: a worker that cannot reach
+	// Redis at start exits, and its supervisor would restart it later); held are the slots.
+	holdStarts    bool
+	held          []int
 	killedAt      map[string]time.Time // worker id -> when the test killed it
 	reclaims      map[string]float64
 	submitRetries atomic.Int64
@@ -268,12 +281,31 @@ type chaosRun struct {
 }
 
 func (r *chaosRun) startWorker(slot int) {
+	if r.holdStarts {
+		r.workers[slot] = nil
+		if !slices.Contains(r.held, slot) {
+			r.held = append(r.held, slot)
+		}
+		return
+	}
 	r.starts[slot]++
 	id := fmt.Sprintf("worker-%d-%d", slot+1, r.starts[slot])
 	r.workers[slot] = r.c.startWorker(id, "ORCH_API_URL="+r.lb.url)
 }
 
+// releaseStarts starts the workers whose restart was held.
+func (r *chaosRun) releaseStarts() {
+	r.holdStarts = false
+	for _, slot := range r.held {
+		r.startWorker(slot)
+	}
+	r.held = nil
+}
+
 func (r *chaosRun) killWorker(slot int) {
+	if r.workers[slot] == nil {
+		return // its restart is held
+	}
 	r.killedAt[r.workers[slot].name] = time.Now()
 	r.workers[slot].kill()
 	r.workers[slot] = nil
