@@ -103,6 +103,6 @@ func TestBusy(t *testing.T) {
 		return testenv.ProcessCPU(os.Getpid())-before >= 200*time.Millisecond
 	}, time.Minute, 10*time.Millisecond, "the spinners used no CPU")
 	stop()
-	stop() // idempotent, and cleanup calls it again
+	stop()                  // idempotent, and cleanup calls it again
 	testenv.BusyFromEnv()() // started and stopped when ORCH_TEST_BUSY is set; a no-op otherwise
 }
