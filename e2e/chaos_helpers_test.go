@@ -58,7 +58,7 @@ func (c *cluster) startInstance(o *instance) {
 func (o *instance) waitReady(t *testing.T, d time.Duration) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		h, err := o.api.Readyz(ctx)
 		return err == nil && h.Status == "ok"
@@ -78,9 +78,10 @@ func (o *instance) alive() bool {
 	}
 }
 
-// status reads o's GET /status (admin token), within a second.
+// status reads o's GET /status (admin token), within 5 s: a status call is not timed, and a
+// loaded machine may take seconds to answer it.
 func (c *cluster) status(o *instance) (client.Status, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return o.api.Status(ctx)
 }
@@ -269,6 +270,20 @@ func (r *privateRedis) start() {
 func (r *privateRedis) wipe() {
 	r.proc.kill()
 	r.start()
+}
+
+// hang stops Redis with SIGSTOP: connections stay open and new ones are accepted by the
+// kernel, but nothing is answered, so every call waits for its deadline. resume continues it.
+func (r *privateRedis) hang()   { r.proc.signal(syscall.SIGSTOP) }
+func (r *privateRedis) resume() { r.proc.signal(syscall.SIGCONT) }
+
+// hang stops MariaDB with SIGSTOP (see privateRedis.hang); resume continues it.
+func (m *privateMariaDB) hang()   { m.proc.signal(syscall.SIGSTOP) }
+func (m *privateMariaDB) resume() { m.proc.signal(syscall.SIGCONT) }
+
+// signal sends sig to p's process (not its group: a server's own children, if any, go on).
+func (p *proc) signal(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
 }
 
 // privateMariaDB is a MariaDB server of the test's own, on a data directory in a temporary

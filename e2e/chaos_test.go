@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -95,11 +96,14 @@ var chaosStreams = map[string]string{"noop": "noop", "sleep": "sleep", "flaky": 
 // TestChaos is the acceptance test of fault tolerance: 5,000 jobs are submitted over about 40 s
 // through a failover proxy to two orchestrators, and worked by three workers, while one worker
 // is killed with SIGKILL every 3 s (and restarted), the leader is killed with SIGKILL twice (and
-// restarted), Redis is killed and comes back empty, and MariaDB is killed and restarted. Redis
-// and MariaDB are private servers of the test (the shared ones serve other packages). In the
-// end every job is done, except the always-failing ones, dead-lettered after exactly their
-// attempts and present on the DLQ stream; no job is lost, none is done twice, no entry stays
-// unacknowledged and no lease active, and no process died on its own.
+// restarted), Redis is killed and comes back empty, MariaDB is killed and restarted, and each
+// of them hangs (SIGSTOP, then SIGCONT) for twice the lease TTL. Redis and MariaDB are private
+// servers of the test (the shared ones serve other packages). In the end every job is done,
+// except the always-failing ones, dead-lettered after exactly their attempts and present on the
+// DLQ stream; no job is lost, none is done twice, no entry stays unacknowledged and no lease
+// active, and no process died on its own. The Redis hang costs no live worker a lease: the
+// leases live in MariaDB, and the workers renew them without waiting on Redis. (During the
+// MariaDB hang leases may expire: the renewals cannot be recorded.)
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -139,7 +143,7 @@ func TestChaos(t *testing.T) {
 	api := client.New(lb.url, c.adminToken, client.WithTimeout(5*time.Second))
 
 	r := &chaosRun{t: t, c: c, insts: insts, lb: lb, workers: make([]*proc, 3), starts: make([]int, 3),
-		reclaims: map[string]float64{}}
+		reclaims: map[string]float64{}, killedAt: map[string]time.Time{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			r.logEvents()
@@ -175,13 +179,28 @@ func TestChaos(t *testing.T) {
 		chaosEvent{8 * time.Second, "restart the killed orchestrator", restartLeader},
 		chaosEvent{20 * time.Second, "SIGKILL the leader", killLeader},
 		chaosEvent{22 * time.Second, "restart the killed orchestrator", restartLeader})
+	// The hangs last twice the lease TTL (3 s), with a gap between them longer than the TTL,
+	// so that a lease lost to one cannot be taken for one lost to the other.
+	var redisHang hangWindow
 	if rs != nil {
-		evs = append(evs, chaosEvent{13 * time.Second, "SIGKILL Redis, start it empty", rs.wipe})
+		evs = append(evs, chaosEvent{13 * time.Second, "SIGKILL Redis, start it empty", rs.wipe},
+			chaosEvent{31 * time.Second, "SIGSTOP Redis (hang)", func() {
+				redisHang.from = time.Now()
+				r.holdStarts = true
+				rs.hang()
+			}},
+			chaosEvent{37 * time.Second, "SIGCONT Redis", func() {
+				rs.resume()
+				redisHang.to = time.Now()
+				r.releaseStarts()
+			}})
 	}
 	if md != nil {
 		evs = append(evs,
 			chaosEvent{27 * time.Second, "SIGKILL MariaDB", md.kill},
-			chaosEvent{29 * time.Second, "restart MariaDB", md.start})
+			chaosEvent{29 * time.Second, "restart MariaDB", md.start},
+			chaosEvent{41 * time.Second, "SIGSTOP MariaDB (hang)", md.hang},
+			chaosEvent{47 * time.Second, "SIGCONT MariaDB", md.resume})
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -223,6 +242,9 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("%5.1fs every job ended: %v", time.Since(chaosStart).Seconds(), counts)
 	r.verify(jobs)
+	if rs != nil {
+		r.verifyNoLeaseLostTo("the Redis hang", redisHang, chaosLeaseTTL)
+	}
 	for _, o := range insts {
 		c.metricSeries(o, r.reclaims, "gpu_orchestrator_reclaimed_total", "gpu_orchestrator_redis_recoveries_total")
 	}
@@ -246,7 +268,12 @@ type chaosRun struct {
 	workers []*proc // current incarnation per slot; nil while killed
 	starts  []int   // incarnations per slot
 
-	crashed       []string // processes that exited without being killed
+	crashed []string // processes that exited without being killed
+	// holdStarts defers the workers' restarts (while Redis hangs: a worker that cannot reach
+	// Redis at start exits, and its supervisor would restart it later); held are the slots.
+	holdStarts    bool
+	held          []int
+	killedAt      map[string]time.Time // worker id -> when the test killed it
 	reclaims      map[string]float64
 	submitRetries atomic.Int64
 	mu            sync.Mutex
@@ -254,14 +281,69 @@ type chaosRun struct {
 }
 
 func (r *chaosRun) startWorker(slot int) {
+	if r.holdStarts {
+		r.workers[slot] = nil
+		if !slices.Contains(r.held, slot) {
+			r.held = append(r.held, slot)
+		}
+		return
+	}
 	r.starts[slot]++
 	id := fmt.Sprintf("worker-%d-%d", slot+1, r.starts[slot])
 	r.workers[slot] = r.c.startWorker(id, "ORCH_API_URL="+r.lb.url)
 }
 
+// releaseStarts starts the workers whose restart was held.
+func (r *chaosRun) releaseStarts() {
+	r.holdStarts = false
+	for _, slot := range r.held {
+		r.startWorker(slot)
+	}
+	r.held = nil
+}
+
 func (r *chaosRun) killWorker(slot int) {
+	if r.workers[slot] == nil {
+		return // its restart is held
+	}
+	r.killedAt[r.workers[slot].name] = time.Now()
 	r.workers[slot].kill()
 	r.workers[slot] = nil
+}
+
+// chaosLeaseTTL is leases.ttl of chaosConfig.
+const chaosLeaseTTL = 3 * time.Second
+
+// hangWindow is when a server was stopped (SIGSTOP) and continued (SIGCONT).
+type hangWindow struct{ from, to time.Time }
+
+// verifyNoLeaseLostTo checks that no lease of a live worker expired because of a hang: every
+// lease that expired from the hang's start until a TTL after its end belonged to a worker
+// the test had killed before the lease's expiry.
+func (r *chaosRun) verifyNoLeaseLostTo(what string, w hangWindow, ttl time.Duration) {
+	t := r.t
+	require.False(t, w.from.IsZero() || w.to.IsZero(), "%s never happened", what)
+	rows, err := r.c.db.Query(`SELECT job_id, COALESCE(JSON_VALUE(metadata, '$.worker_id'), ''), expires_at
+		FROM orchestrator_leases WHERE status = 'expired' AND expires_at BETWEEN ? AND ?`,
+		w.from.UTC(), w.to.Add(ttl).UTC())
+	require.NoError(t, err)
+	defer rows.Close()
+	var expired int
+	var lost []string
+	for rows.Next() {
+		var job, worker string
+		var at time.Time
+		require.NoError(t, rows.Scan(&job, &worker, &at))
+		expired++
+		if k, ok := r.killedAt[worker]; !ok || !k.Before(at) {
+			lost = append(lost, fmt.Sprintf("%s of live worker %s expired %.1fs into the hang; audit %v",
+				job, worker, at.Sub(w.from).Seconds(), r.c.auditTrail(job)))
+		}
+	}
+	require.NoError(t, rows.Err())
+	t.Logf("%s (%s): %d leases expired from its start to a TTL after its end, %d of them of killed workers",
+		what, w.to.Sub(w.from).Round(time.Millisecond), expired, expired-len(lost))
+	require.Empty(t, lost, "leases of live workers lost to %s", what)
 }
 
 // killLeader kills the current leader with SIGKILL (after a last scrape of its reclaimer

@@ -45,7 +45,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build binaries:", err)
 		os.Exit(1)
 	}
+	// ORCH_TEST_BUSY=n runs every test beside n spinning goroutines: the tests must pass on a
+	// loaded machine.
+	stopBusy := testenv.BusyFromEnv()
 	code := m.Run()
+	stopBusy()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -231,7 +235,8 @@ func (c *cluster) waitReady() {
 	t := c.t
 	t.Helper()
 	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// A probe may take seconds on a loaded machine; the deadline is the Eventually's.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		h, err := c.api.Readyz(ctx)
 		return err == nil && h.Status == "ok"

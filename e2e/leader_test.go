@@ -12,12 +12,15 @@ import (
 	"github.com/gpuorch/orchestrator/client"
 )
 
-// failoverBound is the longest a leader failover may take. What bounds it: a killed leader's
-// MariaDB connection is closed by the kernel when its process dies, and the server frees the
-// lock at once (a resigning leader releases it explicitly); the follower tries GET_LOCK every
-// election interval (1 s ± 10%), so it holds the lock within about 1.1 s, then acquires the
-// next term in one transaction. 3 s leaves room for a loaded CI machine.
-const failoverBound = 3 * time.Second
+// failoverBound is the longest a leader failover may take, from the kill (or SIGTERM) to the
+// new term's acquired_at (the server's clock: how fast the test notices is not the
+// failover's). What bounds it: a killed leader's MariaDB connection is closed by the kernel
+// when its process dies, and the server frees the lock at once (a resigning leader releases
+// it explicitly); the follower tries GET_LOCK every election interval (1 s ± 10%), so it
+// holds the lock within about 1.1 s, then acquires the next term in one transaction. 5 s
+// leaves room for a loaded machine, and is still below what a failover that waited for the
+// server to notice a dead connection would take.
+const failoverBound = 5 * time.Second
 
 // quickRescues makes a job whose claim answer was lost with a killed instance come back within
 // seconds: its lease expires after 3 s, and an idle stream entry is looked at after 2 s.
@@ -60,10 +63,11 @@ func TestLeaderFailover(t *testing.T) {
 		survivor := other(insts, first)
 		killedAt := time.Now()
 		first.proc.kill()
-		next, st := c.waitLeader([]*instance{survivor}, term1, 10*time.Second)
-		took := time.Since(killedAt)
-		t.Logf("SIGKILL failover: %s leads in term %d %s after the kill", next.name, st.Leader.Term, took.Round(time.Millisecond))
-		require.Less(t, took, failoverBound, "failover after SIGKILL")
+		next, st := c.waitLeader([]*instance{survivor}, term1, time.Minute)
+		took := st.Leader.Since.Sub(killedAt)
+		t.Logf("SIGKILL failover: %s leads in term %d %s after the kill (seen %s after it)", next.name, st.Leader.Term,
+			took.Round(time.Millisecond), time.Since(killedAt).Round(time.Millisecond))
+		require.Less(t, took, failoverBound, "failover after SIGKILL: the new term began %s after the kill", took)
 		require.Equal(t, term1+1, st.Leader.Term, "the next term")
 		requireLeaderIs(t, survivor, st)
 		require.False(t, st.Leader.Since.Before(killedAt.Truncate(time.Second)), "since %s is after the kill", st.Leader.Since)
@@ -90,15 +94,16 @@ func TestLeaderFailover(t *testing.T) {
 
 	// SIGTERM: the leader resigns, releasing the lock.
 	{
-		leader, st := c.waitLeader(insts, 0, 10*time.Second)
+		leader, st := c.waitLeader(insts, 0, time.Minute)
 		term2 := st.Leader.Term
 		follower := other(insts, leader)
 		stoppedAt := time.Now()
 		require.NoError(t, leader.proc.cmd.Process.Signal(syscall.SIGTERM))
-		next, st := c.waitLeader([]*instance{follower}, term2, 10*time.Second)
-		took := time.Since(stoppedAt)
-		t.Logf("SIGTERM failover: %s leads in term %d %s after the signal", next.name, st.Leader.Term, took.Round(time.Millisecond))
-		require.Less(t, took, failoverBound, "failover after SIGTERM")
+		next, st := c.waitLeader([]*instance{follower}, term2, time.Minute)
+		took := st.Leader.Since.Sub(stoppedAt)
+		t.Logf("SIGTERM failover: %s leads in term %d %s after the signal (seen %s after it)", next.name, st.Leader.Term,
+			took.Round(time.Millisecond), time.Since(stoppedAt).Round(time.Millisecond))
+		require.Less(t, took, failoverBound, "failover after SIGTERM: the new term began %s after the signal", took)
 		require.Equal(t, term2+1, st.Leader.Term)
 		requireLeaderIs(t, follower, st)
 		require.NoError(t, leader.proc.waitExit(t, 30*time.Second), "%s stops cleanly on SIGTERM", leader.name)

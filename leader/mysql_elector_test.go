@@ -105,7 +105,9 @@ func TestMySQLElector(t *testing.T) {
 		second := recFollow.next(t)
 		took := time.Since(stopped)
 		t.Logf("takeover after %s (interval %s)", took, testInterval)
-		require.Less(t, took, 20*testInterval)
+		// A few intervals on an idle machine; the bound leaves a loaded one room and still
+		// tells the explicit release from the server's 10 s.
+		require.Less(t, took, 5*time.Second, "takeover after the leader resigned")
 		require.EqualValues(t, 2, second.term)
 		require.EqualValues(t, 2, follow.Term())
 
@@ -137,8 +139,9 @@ func TestMySQLElector(t *testing.T) {
 		killed := time.Now()
 
 		requireDone(t, first.ctx, "the leader context ends when the lock is lost")
-		t.Logf("leader context cancelled %s after the kill (interval %s)", time.Since(killed), interval)
-		require.Less(t, time.Since(killed), 20*interval)
+		took := time.Since(killed)
+		t.Logf("leader context cancelled %s after the kill (interval %s)", took, interval)
+		require.Less(t, took, 5*time.Second, "a few intervals; the bound leaves a loaded machine room")
 		requireClosed(t, first.returned, "OnElected returned")
 
 		second := recC.next(t)

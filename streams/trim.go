@@ -14,7 +14,9 @@ import (
 // summary) and the first entry after its last-delivered-id (the first it has not read); the
 // stream's bound is the smallest over all groups. A stream without groups is left alone:
 // nobody has read anything from it. The lag of XINFO GROUPS is not used: it is not always
-// available (it is unknown after XDEL or XTRIM) and not needed.
+// available (it is unknown after XDEL or XTRIM, and the embedded Redis never reports it) and
+// not needed. Ids are read as Redis writes them ("ms-seq") and as the embedded Redis writes a
+// group's last-delivered-id before its first delivery ("0").
 var trimScript = redis.NewScript(`
 -- KEYS[1] -> the stream key
 -- ARGV[1] -> "1" to trim, "0" to compute the bound only
@@ -23,9 +25,25 @@ local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
 if type(groups) ~= 'table' or groups.err or #groups == 0 then
   return {'', 0}
 end
+-- parse splits an id; a bare "ms" is "ms-0" (the embedded Redis reports the last-delivered-id
+-- of a group that never delivered an entry as "0"). Anything else is an error, never a
+-- guess: a wrong bound could trim entries that a group still needs.
 local function parse(id)
+  if type(id) ~= 'string' then
+    return nil
+  end
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if ms == nil then
+    ms, seq = string.match(id, '^(%d+)$'), '0'
+  end
   return tonumber(ms), tonumber(seq)
+end
+local function parseOrFail(id, what)
+  local ms, seq = parse(id)
+  if ms == nil then
+    error('trim: unexpected ' .. what .. ' ' .. tostring(id))
+  end
+  return ms, seq
 end
 local function less(ams, aseq, bms, bseq)
   return ams < bms or (ams == bms and aseq < bseq)
@@ -39,11 +57,15 @@ end
 for _, g in ipairs(groups) do
   local f = {}
   for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
-  local ms, seq = parse(f['last-delivered-id'])
+  local ms, seq = parseOrFail(f['last-delivered-id'], 'last-delivered-id')
   consider(ms, seq + 1)
-  if tonumber(f['pending']) > 0 then
+  if (tonumber(f['pending']) or 0) > 0 then
     local summary = redis.call('XPENDING', KEYS[1], f['name'])
-    consider(parse(summary[2]))
+    -- The embedded Redis leaves out of the summary pending entries whose stream entry was
+    -- deleted (none, as the trim keeps pending entries): no smallest id, nothing to keep.
+    if summary[2] then
+      consider(parseOrFail(summary[2], 'pending id'))
+    end
   end
 end
 local minid = string.format('%.0f-%.0f', minms, minseq)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuorch/orchestrator/internal/embedredis"
 	"github.com/gpuorch/orchestrator/streams"
 )
 
@@ -25,8 +27,44 @@ func entryIDs(t *testing.T, sc *streams.Client, rdb redis.UniversalClient, strea
 	return out
 }
 
+// trimBackend opens a streams client on one kind of Redis.
+type trimBackend struct {
+	name  string
+	setup func(t *testing.T) (*streams.Client, redis.UniversalClient)
+}
+
+// trimBackends are the Redis servers the trimmer runs on: the real one (the shared test
+// server), and the embedded mode's in-process one, whose XINFO GROUPS answers differ (a group
+// that never delivered an entry has last-delivered-id "0", not "0-0"; lag is not reported).
+var trimBackends = []trimBackend{
+	{"Redis", setup},
+	{"Embedded", setupEmbedded},
+}
+
+// setupEmbedded starts an embedded Redis of the test's own and returns a client on it.
+func setupEmbedded(t *testing.T) (*streams.Client, redis.UniversalClient) {
+	t.Helper()
+	srv, err := embedredis.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	rdb := streams.NewRedis(srv.Addr(), "")
+	t.Cleanup(func() {
+		_ = rdb.Close()
+		srv.Close()
+	})
+	return streams.New(rdb, streams.Options{Prefix: "t:"}), rdb
+}
+
 func TestTrimUnneeded(t *testing.T) {
 	t.Parallel()
+	for _, b := range trimBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			testTrimUnneeded(t, b.setup)
+		})
+	}
+}
+
+func testTrimUnneeded(t *testing.T, setup func(t *testing.T) (*streams.Client, redis.UniversalClient)) {
 	ctx := context.Background()
 
 	t.Run("NoGroupNoTrim", func(t *testing.T) {
@@ -41,6 +79,32 @@ func TestTrimUnneeded(t *testing.T) {
 		res, err = sc.TrimUnneeded(ctx, "missing", false)
 		require.NoError(t, err)
 		require.Equal(t, streams.TrimResult{}, res)
+	})
+
+	t.Run("GroupNeverDelivered", func(t *testing.T) {
+		// A configured type never used: its group exists but never delivered an entry, on an
+		// empty stream and then on one with entries.
+		t.Parallel()
+		sc, rdb := setup(t)
+		require.NoError(t, sc.EnsureGroup(ctx, "s", "idle"))
+		res, err := sc.TrimUnneeded(ctx, "s", false)
+		require.NoError(t, err)
+		require.Equal(t, streams.TrimResult{MinID: "0-1"}, res, "nothing read, nothing to trim")
+
+		ids := publish(t, sc, "s", 3)
+		res, err = sc.TrimUnneeded(ctx, "s", false)
+		require.NoError(t, err)
+		require.Zero(t, res.Removed, "the idle group has read nothing")
+		require.Equal(t, ids, entryIDs(t, sc, rdb, "s"))
+
+		// A second group reads and acks everything: the idle one still needs every entry.
+		require.NoError(t, sc.EnsureGroup(ctx, "s", "busy"))
+		require.NoError(t, sc.Ack(ctx, read(t, sc, "s", "busy", "w", 3)))
+		res, err = sc.TrimUnneeded(ctx, "s", false)
+		require.NoError(t, err)
+		require.Zero(t, res.Removed)
+		require.Equal(t, ids, entryIDs(t, sc, rdb, "s"))
+		require.Len(t, read(t, sc, "s", "idle", "w", 3), 3, "the idle group still gets every entry")
 	})
 
 	t.Run("KeepsPendingAndUndelivered", func(t *testing.T) {
@@ -146,13 +210,19 @@ func requireNeeded(t *testing.T, sc *streams.Client, rdb redis.UniversalClient, 
 	}
 }
 
-// idLess compares two stream ids.
+// idLess compares two stream ids; a bare "ms" (the embedded Redis's "0") is "ms-0".
 func idLess(a, b string) bool {
-	var ams, aseq, bms, bseq uint64
-	_, errA := fmt.Sscanf(a, "%d-%d", &ams, &aseq)
-	_, errB := fmt.Sscanf(b, "%d-%d", &bms, &bseq)
-	if errA != nil || errB != nil {
-		panic("bad stream id " + a + " or " + b)
-	}
+	ams, aseq := parseID(a)
+	bms, bseq := parseID(b)
 	return ams < bms || (ams == bms && aseq < bseq)
+}
+
+func parseID(id string) (ms, seq uint64) {
+	if _, err := fmt.Sscanf(id, "%d-%d", &ms, &seq); err == nil {
+		return ms, seq
+	}
+	if _, err := fmt.Sscanf(id, "%d", &ms); err == nil && !strings.Contains(id, "-") {
+		return ms, 0
+	}
+	panic("bad stream id " + id)
 }

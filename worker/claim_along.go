@@ -51,10 +51,13 @@ func (w *Worker) claimAlong(ctx context.Context, runs []*run) bool {
 		w.ack(cb.drop)
 		return false
 	}
-	w.settleResults(runs, resp.Outcomes, len(ds))
+	// The claimed jobs start (and their leases are renewed) before the results' entries are
+	// acked: an ack waits on Redis, the new leases must not. The runs keep the slots the new
+	// jobs take over until they are settled.
 	if w.applyClaim(t, ds, cb, resp) {
 		// Some job had no room (retry_later): leave that type to its reader's backoff.
 		w.alongPausedUntil.Store(time.Now().Add(w.cfg.RetryLaterDelay).UnixNano())
 	}
+	w.settleResults(runs, resp.Outcomes, len(ds))
 	return true
 }

@@ -69,8 +69,9 @@ func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Deli
 		w.log.Warn("dropping stream entries without a job_id", "stream", t.Stream, "count", len(cb.drop))
 	}
 	var resp client.ClaimResponse
+	var runs []*run // the results that rode along and were recorded
 	if len(cb.items) > 0 {
-		runs := w.results.take()
+		runs = w.results.take()
 		// The call itself must not be cut by shutdown: a claim the API made but whose answer
 		// was lost leaves jobs waiting for their lease to expire.
 		callCtx := context.WithoutCancel(ctx)
@@ -92,9 +93,12 @@ func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Deli
 			w.ack(cb.drop)
 			return ctx.Err() == nil
 		}
-		w.settleResults(runs, resp.Outcomes, 0)
 	}
-	return w.applyClaim(t, ds, cb, resp)
+	// The claimed jobs start (and their leases are renewed) before the results' entries are
+	// acked: an ack waits on Redis, the new leases must not.
+	retryLater = w.applyClaim(t, ds, cb, resp)
+	w.settleResults(runs, resp.Outcomes, 0)
+	return retryLater
 }
 
 // claimBatch is what a claim asks for: one item per job (duplicate entries of a job ride along

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/client"
-	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
 )
 
@@ -16,11 +15,22 @@ const renewFirstTimeout = 5 * time.Second
 
 // renewLoop keeps the worker's leases alive: every renewInterval it renews the leases of every
 // held job in one call that also carries the node's telemetry, stops the jobs whose leases are
-// gone, and resets the idle time of their stream entries (XCLAIM … JUSTID to itself) so that
-// the reclaimer leaves them alone. A failed call is logged and retried at the next tick: with
-// TTL/3 between renewals, two may fail before a lease expires.
+// gone, and asks the toucher to reset the idle time of their stream entries so that the
+// reclaimer leaves them alone. A failed call is logged and retried at the next tick: with TTL/3
+// between renewals, two may fail before a lease expires.
+//
+// The renewals never wait on Redis: the touches run in the toucher's own goroutine, with their
+// own deadline, so a Redis that hangs (stopped, not gone: every call waits for its read
+// timeout) delays no renewal.
 func (w *Worker) renewLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
+	touch := newToucher(w)
+	touchDone := make(chan struct{})
+	go func() {
+		defer close(touchDone)
+		touch.run(ctx)
+	}()
+	defer func() { <-touchDone }()
 	t := time.NewTimer(w.renewInterval())
 	defer t.Stop()
 	for {
@@ -32,6 +42,7 @@ func (w *Worker) renewLoop(ctx context.Context, done chan<- struct{}) {
 		if err := w.renewOnce(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("renew leases failed; retrying at the next tick", "error", err)
 		}
+		touch.poke()
 		t.Reset(w.renewInterval())
 	}
 }
@@ -69,8 +80,8 @@ func (w *Worker) renewInterval() time.Duration {
 	return max(d, renewIntervalMin)
 }
 
-// renewOnce renews the held leases, reports telemetry, stops the jobs whose leases are gone and
-// touches the stream entries of the others.
+// renewOnce renews the held leases, reports telemetry and stops the jobs whose leases are gone.
+// It makes no Redis call (the toucher touches the entries).
 func (w *Worker) renewOnce(ctx context.Context) error {
 	w.mu.Lock()
 	runs := make([]*run, 0, len(w.held))
@@ -103,15 +114,6 @@ func (w *Worker) renewOnce(ctx context.Context) error {
 				followReserved(sim, resp.Reserved)
 			}
 		}
-	}
-	var ds []streams.Delivery
-	for _, r := range runs {
-		if !r.leaseGone.Load() {
-			ds = append(ds, r.deliveries...)
-		}
-	}
-	if terr := w.cfg.Streams.Touch(ctx, w.cfg.WorkerID, ds); terr != nil && ctx.Err() == nil {
-		w.log.Warn("touch in-flight entries failed", "error", terr, "count", len(ds))
 	}
 	return err
 }

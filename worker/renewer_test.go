@@ -3,9 +3,14 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,4 +207,224 @@ func TestDropGone(t *testing.T) {
 	require.Contains(t, out, `level=WARN msg="lease gone; stopping the job" job_id=running`)
 	require.Contains(t, out, `level=DEBUG msg="lease gone after the job's handler returned" job_id=finished`)
 	require.NotContains(t, out, "job_id=acked")
+}
+
+// pipeHook is a go-redis hook that holds or fails the worker's pipelines of one command (the
+// touches' XCLAIM, the acks' XACK), as a Redis that hangs or refuses would, and lets every
+// other command through.
+type pipeHook struct {
+	cmd     string
+	calls   atomic.Int64
+	entered chan struct{} // receives once per pipeline that reached the hook (buffered)
+	// mode: hookPass lets them through, hookHold holds each until release closes (its
+	// context ignored: a call that never returns), hookHang holds each until its context
+	// ends (a stopped Redis, to the call's own deadline), hookFail fails it at once.
+	mode    atomic.Int32
+	release chan struct{}
+}
+
+const (
+	hookPass = iota
+	hookHold
+	hookHang
+	hookFail
+)
+
+func newPipeHook(cmd string, mode int32) *pipeHook {
+	h := &pipeHook{cmd: cmd, entered: make(chan struct{}, 1000), release: make(chan struct{})}
+	h.mode.Store(mode)
+	return h
+}
+
+func (h *pipeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() != h.cmd {
+			return next(ctx, cmds)
+		}
+		h.calls.Add(1)
+		select {
+		case h.entered <- struct{}{}:
+		default:
+		}
+		switch h.mode.Load() {
+		case hookHold:
+			<-h.release
+		case hookHang:
+			<-ctx.Done()
+			return fmt.Errorf("held by the test: %w", ctx.Err())
+		case hookFail:
+			return errors.New("refused by the test")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRenewalsDoNotWaitForTouches: the touch of the entries runs apart from the renewals. A
+// touch that never returns (Redis stopped) holds no renewal back, and the job it belongs to
+// keeps its lease and completes once the touch is let go.
+func TestRenewalsDoNotWaitForTouches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hook := newPipeHook("xclaim", hookHold)
+	b.streams.Redis().AddHook(hook)
+	h := newBlockingHandler(4)
+	b.reg.Register("block", h)
+	cfg := b.cfg(jobType("block", "block"))
+	cfg.LeaseTTL = 300 * time.Millisecond // a renewal every 100 ms
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hook.release) }) }
+	b.start(t, cfg)
+	t.Cleanup(release) // before the worker's stop (cleanups run last first)
+	b.publish(t, "block", "block", `{}`, "j1")
+	require.Equal(t, "j1", <-h.running)
+
+	select {
+	case <-hook.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no touch reached Redis within 30s of the job's start")
+	}
+	// The touch is stuck; the renewals of the job's lease go on regardless.
+	renewalsOf := func(token string) int {
+		n := 0
+		for _, r := range b.api.renewCalls() {
+			if len(r.Tokens) == 1 && r.Tokens[0] == token {
+				n++
+			}
+		}
+		return n
+	}
+	before := renewalsOf("lease-j1")
+	require.Eventually(t, func() bool { return renewalsOf("lease-j1") >= before+5 }, 30*time.Second, 5*time.Millisecond,
+		"renewals stopped behind a touch that does not return: %d since it began", renewalsOf("lease-j1")-before)
+	require.EqualValues(t, 1, hook.calls.Load(), "at most one touch in flight: the kicks meanwhile are folded")
+
+	release()
+	close(h.gate)
+	require.Eventually(t, func() bool {
+		r, ok := b.api.result("j1")
+		return ok && r.Status == client.ResultDone
+	}, 30*time.Second, 5*time.Millisecond)
+	b.requirePending(t, "block", 0)
+}
+
+// TestTouchFailuresWarnOncePerOutage: a touch that hangs ends at its own deadline and the next
+// ones are tried; the outage is one warning, however many touches fail, and its end is logged.
+func TestTouchFailuresWarnOncePerOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hook := newPipeHook("xclaim", hookHang)
+	b.streams.Redis().AddHook(hook)
+	h := newBlockingHandler(4)
+	b.reg.Register("block", h)
+	var logs syncBuffer
+	cfg := b.cfg(jobType("block", "block"))
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.LeaseTTL, cfg.TouchInterval = 300*time.Millisecond, 100*time.Millisecond
+	b.start(t, cfg)
+	b.publish(t, "block", "block", `{}`, "j1")
+	require.Equal(t, "j1", <-h.running)
+
+	// Hung touches end at their deadline (touchTimeoutMin here), so more of them come.
+	require.Eventually(t, func() bool { return hook.calls.Load() >= 3 }, 30*time.Second, 5*time.Millisecond)
+	hook.mode.Store(hookFail)
+	n := hook.calls.Load()
+	require.Eventually(t, func() bool { return hook.calls.Load() >= n+3 }, 30*time.Second, 5*time.Millisecond)
+	out := logs.String()
+	require.Equal(t, 1, strings.Count(out, "touch in-flight entries failed"), out)
+	require.Contains(t, out, "context deadline exceeded", "the first failure was the hung touch's deadline")
+	require.NotContains(t, out, "recovered")
+
+	hook.mode.Store(hookPass)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "touch in-flight entries recovered") },
+		30*time.Second, 5*time.Millisecond)
+	require.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), logs.String())
+	close(h.gate)
+	require.Eventually(t, func() bool { _, ok := b.api.result("j1"); return ok }, 30*time.Second, 5*time.Millisecond)
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger writing from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// quickThenBlock runs the job "quick" at once and blocks every other (blockingHandler).
+type quickThenBlock struct{ *blockingHandler }
+
+func (h quickThenBlock) Run(ctx context.Context, job Job) (json.RawMessage, error) {
+	if job.ID == "quick" {
+		return json.RawMessage(`{}`), nil
+	}
+	return h.blockingHandler.Run(ctx, job)
+}
+
+// TestClaimedJobsDoNotWaitForAcks: when results ride along with a claim, the jobs claimed
+// start, and their leases are renewed, before the results' entries are acked; an ack that
+// hangs (Redis stopped) holds no new lease back. One slot: "quick" runs, and its result goes
+// out with the claim of "slow" (claimAlong); then quick's ack hangs.
+func TestClaimedJobsDoNotWaitForAcks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hook := newPipeHook("xack", hookHold)
+	b.streams.Redis().AddHook(hook)
+	h := newBlockingHandler(4)
+	b.reg.Register("block", quickThenBlock{h})
+	cfg := b.cfg(jobType("block", "block"))
+	cfg.Concurrency, cfg.Batch, cfg.LeaseTTL = 1, 1, 300*time.Millisecond
+	b.publish(t, "block", "block", `{}`, "quick", "slow")
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hook.release) }) }
+	b.start(t, cfg)
+	t.Cleanup(release) // before the worker's stop
+
+	select {
+	case <-hook.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("quick's entry was never acked")
+	}
+	select {
+	case id := <-h.running:
+		require.Equal(t, "slow", id)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job claimed with quick's result waits for quick's ack")
+	}
+	b.api.mu.Lock()
+	withClaims := b.api.resultsWithClaims
+	b.api.mu.Unlock()
+	require.Equal(t, 1, withClaims, "quick's result rode along with slow's claim")
+	renewals := func() int {
+		n := 0
+		for _, r := range b.api.renewCalls() {
+			if slices.Contains(r.Tokens, "lease-slow") {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return renewals() >= 3 }, 30*time.Second, 5*time.Millisecond,
+		"slow's lease is renewed while quick's ack hangs")
+
+	release()
+	close(h.gate)
+	require.Eventually(t, func() bool {
+		r, ok := b.api.result("slow")
+		return ok && r.Status == client.ResultDone
+	}, 30*time.Second, 5*time.Millisecond)
+	b.requirePending(t, "block", 0)
 }

@@ -20,6 +20,8 @@
 //     that true; a consumer must not XDEL entries of a group stream either.
 //   - XINFO GROUPS reports lag as the stream's length and entries-read as nil. Queue depth and
 //     lag must be computed from the store (pending jobs) or from XLEN/XPENDING, never from lag.
+//     It reports the last-delivered-id of a group that never delivered an entry as "0" (Redis:
+//     "0-0"); whatever parses it must take both.
 //   - XPENDING's summary leaves out pending entries whose stream entry was deleted (Redis
 //     counts them); with the rule above there are none.
 //   - XCLAIM ... JUSTID increments the delivery counter (Redis leaves it alone). Nothing reads

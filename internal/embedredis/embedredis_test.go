@@ -163,6 +163,22 @@ func TestLimitations(t *testing.T) {
 		require.EqualValues(t, 3, groups[0].Lag, "lag is the stream length, not the 2 unread entries")
 	})
 
+	t.Run("LastDeliveredIDOfUnusedGroupIsZero", func(t *testing.T) {
+		// A group that never delivered an entry reports "0" (Redis: "0-0"); the trimmer
+		// reads both (streams.TrimUnneeded), and trims nothing such a group still needs.
+		const unused = "cg:lim:unused"
+		require.NoError(t, sc.EnsureGroup(ctx, "unused", unused))
+		groups, err := raw.XInfoGroups(ctx, sc.StreamKey("unused")).Result()
+		require.NoError(t, err)
+		require.Len(t, groups, 1)
+		require.Equal(t, "0", groups[0].LastDeliveredID)
+		_, err = sc.Publish(ctx, []streams.Message{{Stream: "unused", JobID: "x"}})
+		require.NoError(t, err)
+		tr, err := sc.TrimUnneeded(ctx, "unused", false)
+		require.NoError(t, err)
+		require.Equal(t, streams.TrimResult{MinID: "0-1"}, tr)
+	})
+
 	t.Run("RunIDFromHook", func(t *testing.T) {
 		// miniredis has no INFO server; the package answers it, with a run_id new per start.
 		id, err := sc.RunID(ctx)

@@ -92,3 +92,17 @@ func TestProcessCPU(t *testing.T) {
 		require.GreaterOrEqual(t, testenv.ProcessCPU(pid), time.Duration(0))
 	}
 }
+
+// TestBusy: the spinners take CPU time while they run, and stop (this test's own CPU time stops
+// growing with them) when stopped.
+func TestBusy(t *testing.T) {
+	t.Parallel()
+	before := testenv.ProcessCPU(os.Getpid())
+	stop := testenv.Busy(t, 2)
+	require.Eventually(t, func() bool {
+		return testenv.ProcessCPU(os.Getpid())-before >= 200*time.Millisecond
+	}, time.Minute, 10*time.Millisecond, "the spinners used no CPU")
+	stop()
+	stop()                  // idempotent, and cleanup calls it again
+	testenv.BusyFromEnv()() // started and stopped when ORCH_TEST_BUSY is set; a no-op otherwise
+}
