@@ -76,11 +76,11 @@ func TestListenerClosesIdleConnections(t *testing.T) {
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
-	start := time.Now()
+	// The server closes it (EOF); a listener that kept it would let the read time out instead.
+	// The deadline is far above the idle time so that a loaded machine cannot fail the test.
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
 	_, err = c.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF)
-	require.Less(t, time.Since(start), 4*time.Second)
 
 	gone, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
