@@ -264,22 +264,30 @@ func (c *checker) object(s *Shape, lim limit) {
 			return
 		}
 		c.path = c.path[:len(c.path)-1]
-		c.skipSpace()
-		if c.pos >= len(c.data) {
-			c.malformed()
-			return
-		}
-		switch c.data[c.pos] {
-		case ',':
-			c.pos++
-		case '}':
-			c.pos++
-			return
-		default:
-			c.malformed()
+		if !c.another('}') {
 			return
 		}
 	}
+}
+
+// another reads what follows a member or an element: a comma (true: another follows) or the
+// closing byte (false); anything else is malformed (false).
+func (c *checker) another(closing byte) bool {
+	c.skipSpace()
+	if c.pos >= len(c.data) {
+		c.malformed()
+		return false
+	}
+	switch c.data[c.pos] {
+	case ',':
+		c.pos++
+		return true
+	case closing:
+		c.pos++
+		return false
+	}
+	c.malformed()
+	return false
 }
 
 // duplicate reports whether key is a key of the current object already, and adds it.
@@ -333,19 +341,7 @@ func (c *checker) array(s *Shape, lim limit) {
 			return
 		}
 		c.path = c.path[:len(c.path)-1]
-		c.skipSpace()
-		if c.pos >= len(c.data) {
-			c.malformed()
-			return
-		}
-		switch c.data[c.pos] {
-		case ',':
-			c.pos++
-		case ']':
-			c.pos++
-			return
-		default:
-			c.malformed()
+		if !c.another(']') {
 			return
 		}
 	}
