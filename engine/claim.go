@@ -30,10 +30,14 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 	if p.WorkerID == "" {
 		return ClaimResult{}, invalid("worker_id", "is required")
 	}
+	// Before any row is locked and before the leases' clock starts (claim_entries.go).
+	delivered, err := e.checkEntries(ctx, p)
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("claim jobs of worker %s: %w", p.WorkerID, err)
+	}
 	now := e.nowUTC()
-	check := e.startEntryCheck(ctx, p) // runs beside the locking read (claim_entries.go)
 	var res ClaimResult
-	err := e.store.WithTx(ctx, func(tx store.Tx) error {
+	err = e.store.WithTx(ctx, func(tx store.Tx) error {
 		res = ClaimResult{Leases: map[string]store.Lease{}}
 		ids := make([]string, 0, len(p.Results)+len(p.Items))
 		for _, r := range p.Results {
@@ -60,9 +64,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 		}
 		claimable, gpuJobs := e.claimable(p.Items, byID, now, &res)
 		if p.CheckEntries || p.Types != nil {
-			if claimable, gpuJobs, err = e.admit(ctx, p, check, claimable, &res); err != nil {
-				return err
-			}
+			claimable, gpuJobs = e.admit(p, delivered, claimable, &res)
 		}
 		// Lock the node's GPUs before any non-locking read of the transaction, so the
 		// reservations read are the latest committed (store.GPUExecutor.GPULockNode).

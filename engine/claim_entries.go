@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -14,28 +17,25 @@ import (
 // An item is proven by the job's recorded entry (stream_id, compared in the transaction at no
 // cost) or by Redis: the entry is pending for the claiming consumer in the job type's group.
 // The recorded entry rarely settles it on the hot path: the submit's mark lands 100 ms after
-// the entry (engine/marks.go), and most jobs are claimed before that. So the XPENDING round
-// trip for every item that names a known stream is started before the transaction, and runs
-// while the job rows are locked and read; the transaction waits for it only for the items the
-// stream_id did not prove.
+// the entry (engine/marks.go), and most jobs are claimed before that. So Redis is asked about
+// every item that names an entry of a configured stream, in one pipelined XPENDING round trip,
+// before the transaction: a Redis that hangs then holds no job row locked and takes nothing
+// from the TTL of the leases the claim grants (their expiry counts from after the check), and
+// the check gives up after entryCheckTimeout, failing the claim as unavailable (503; the
+// worker tries again, its held leases renewed meanwhile without Redis).
 
-// entryCheck is the XPENDING check of a claim's items, running beside its transaction.
-type entryCheck struct {
-	done      chan struct{}
-	delivered map[entryKey]bool
-	err       error
-}
+// entryCheckTimeout bounds the XPENDING round trip of a claim.
+const entryCheckTimeout = time.Second
 
 // entryKey names an entry the claim checked.
 type entryKey struct{ stream, id string }
 
-// startEntryCheck starts the check of p's items that name an entry of a configured stream;
+// checkEntries asks Redis which of p's items are entries delivered to the claiming consumer;
 // nil when p asks for no check.
-func (e *Engine) startEntryCheck(ctx context.Context, p ClaimParams) *entryCheck {
+func (e *Engine) checkEntries(ctx context.Context, p ClaimParams) (map[entryKey]bool, error) {
 	if !p.CheckEntries || len(p.Items) == 0 {
-		return nil
+		return nil, nil
 	}
-	check := &entryCheck{done: make(chan struct{})}
 	var entries []streams.PendingEntry
 	for _, it := range p.Items {
 		t := e.cfg.TypeOfStream(it.Stream)
@@ -46,47 +46,40 @@ func (e *Engine) startEntryCheck(ctx context.Context, p ClaimParams) *entryCheck
 			Stream: it.Stream, Group: streams.GroupName(t.Name), Consumer: p.WorkerID, ID: it.MessageID,
 		})
 	}
+	delivered := make(map[entryKey]bool, len(entries))
 	if len(entries) == 0 {
-		close(check.done)
-		return check
+		return delivered, nil
 	}
-	go func() {
-		defer close(check.done)
-		got, err := e.streams.Delivered(ctx, entries)
-		if err != nil {
-			check.err = err
-			return
+	cctx, cancel := context.WithTimeout(ctx, entryCheckTimeout)
+	defer cancel()
+	got, err := e.streams.Delivered(cctx, entries)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("check the claimed entries: redis did not answer within %s: %w: %w",
+				entryCheckTimeout, streams.ErrUnavailable, err)
 		}
-		check.delivered = make(map[entryKey]bool, len(entries))
-		for i, ent := range entries {
-			check.delivered[entryKey{ent.Stream, ent.ID}] = got[i]
-		}
-	}()
-	return check
+		return nil, fmt.Errorf("check the claimed entries: %w", err)
+	}
+	for i, ent := range entries {
+		delivered[entryKey{ent.Stream, ent.ID}] = got[i]
+	}
+	return delivered, nil
 }
 
 // wasDelivered reports whether c's item is an entry of its job type's stream that Redis
-// delivered to the claiming consumer, waiting for the check.
-func (e *Engine) wasDelivered(ctx context.Context, check *entryCheck, c candidate) (bool, error) {
+// delivered to the claiming consumer.
+func (e *Engine) wasDelivered(delivered map[entryKey]bool, c candidate) bool {
 	t := e.cfg.JobType(c.job.Type)
-	if check == nil || t == nil || c.item.Stream != t.Stream {
-		return false, nil
+	if t == nil || c.item.Stream != t.Stream {
+		return false
 	}
-	select {
-	case <-check.done:
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-	if check.err != nil {
-		return false, check.err
-	}
-	return check.delivered[entryKey{c.item.Stream, c.item.MessageID}], nil
+	return delivered[entryKey{c.item.Stream, c.item.MessageID}]
 }
 
 // admit keeps the candidates p may claim: of a type in its scope (p.Types) and, with
 // p.CheckEntries, named by the job's recorded entry or an entry delivered to the consumer.
 // The others are refused into res. It reports whether a GPU job is among those kept.
-func (e *Engine) admit(ctx context.Context, p ClaimParams, check *entryCheck, cands []candidate, res *ClaimResult) ([]candidate, bool, error) {
+func (e *Engine) admit(p ClaimParams, delivered map[entryKey]bool, cands []candidate, res *ClaimResult) ([]candidate, bool) {
 	kept := cands[:0]
 	gpuJobs := false
 	for _, c := range cands {
@@ -95,11 +88,7 @@ func (e *Engine) admit(ctx context.Context, p ClaimParams, check *entryCheck, ca
 			continue
 		}
 		if p.CheckEntries && (c.item.MessageID == "" || c.item.MessageID != c.job.StreamID) {
-			ok, err := e.wasDelivered(ctx, check, c)
-			if err != nil {
-				return nil, false, err
-			}
-			if !ok {
+			if !e.wasDelivered(delivered, c) {
 				res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedNotDelivered})
 				continue
 			}
@@ -107,5 +96,5 @@ func (e *Engine) admit(ctx context.Context, p ClaimParams, check *entryCheck, ca
 		kept = append(kept, c)
 		gpuJobs = gpuJobs || c.job.GPUMemoryMB > 0
 	}
-	return kept, gpuJobs, nil
+	return kept, gpuJobs
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/config"
@@ -100,4 +101,75 @@ func TestClaimChecksEntries(t *testing.T) {
 			require.Len(t, res.Claimed, 1, "%+v", res.Refused)
 		})
 	}
+}
+
+// xpendingHook runs do before every pipeline that starts with XPENDING (the claim's check):
+// the test's stand-in for a Redis that is slow or hangs.
+type xpendingHook struct {
+	do func(ctx context.Context) error
+}
+
+func (h xpendingHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h xpendingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h xpendingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "xpending" {
+			if err := h.do(ctx); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestClaimEntryCheckBeforeLocks: the claim asks Redis before it locks a row or starts its
+// leases' clock. A slow check costs the granted leases none of their TTL; a Redis that hangs
+// fails the claim as unavailable (503) within the check's bound and leaves the job as it was.
+func TestClaimEntryCheckBeforeLocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("SlowCheckKeepsTheTTL", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		group := streams.GroupName("noop")
+		require.NoError(t, b.streams.EnsureGroup(ctx, "noop", group))
+		job := b.submit(t, "noop")
+		ds, err := b.streams.Read(ctx, streams.ReadParams{Group: group, Consumer: "w1", Streams: []string{"noop"}, Count: 10, Block: 5 * time.Second})
+		require.NoError(t, err)
+		require.NotEmpty(t, ds)
+		// The check takes 20 s of the engine's clock.
+		b.streams.Redis().AddHook(xpendingHook{do: func(context.Context) error { b.clock.Add(20 * time.Second); return nil }})
+		before := b.clock.Now()
+		res, err := b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", CheckEntries: true,
+			Items: []engine.ClaimItem{{JobID: job.ID, Stream: "noop", MessageID: ds[len(ds)-1].ID}}})
+		require.NoError(t, err)
+		require.Len(t, res.Claimed, 1, "%+v", res.Refused)
+		lease := res.Leases[job.ID]
+		require.False(t, lease.ExpiresAt.Before(before.Add(20*time.Second+b.cfg.Leases.TTL)),
+			"the lease's TTL counts from after the check: expires %s, check ended %s, TTL %s",
+			lease.ExpiresAt, before.Add(20*time.Second), b.cfg.Leases.TTL)
+	})
+
+	t.Run("HungRedisFailsTheClaimAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		group := streams.GroupName("noop")
+		require.NoError(t, b.streams.EnsureGroup(ctx, "noop", group))
+		job := b.submit(t, "noop")
+		ds, err := b.streams.Read(ctx, streams.ReadParams{Group: group, Consumer: "w1", Streams: []string{"noop"}, Count: 10, Block: 5 * time.Second})
+		require.NoError(t, err)
+		require.NotEmpty(t, ds)
+		b.streams.Redis().AddHook(xpendingHook{do: func(ctx context.Context) error {
+			<-ctx.Done() // hangs until the check gives up
+			return ctx.Err()
+		}})
+		_, err = b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", CheckEntries: true,
+			Items: []engine.ClaimItem{{JobID: job.ID, Stream: "noop", MessageID: ds[len(ds)-1].ID}}})
+		require.ErrorIs(t, err, streams.ErrUnavailable)
+		now, err := b.store.JobGet(ctx, job.ID)
+		require.NoError(t, err)
+		require.EqualValues(t, "pending", now.Status)
+		require.Zero(t, now.Attempts)
+	})
 }

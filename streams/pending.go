@@ -36,7 +36,14 @@ func (c *Client) Delivered(ctx context.Context, entries []PendingEntry) ([]bool,
 			Stream: c.StreamKey(e.Stream), Group: e.Group, Start: e.ID, End: e.ID, Count: 1, Consumer: e.Consumer,
 		})
 	}
-	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	if _, err := pipe.Exec(ctx); err != nil {
+		// One command's error reply (a group that does not exist) is read below; any other
+		// error is the round trip's, and says nothing was checked.
+		var reply redis.Error
+		if !errors.As(err, &reply) {
+			return nil, fmt.Errorf("pending entries of %d claims: %w", len(entries), err)
+		}
+	}
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
