@@ -106,6 +106,9 @@ func (b *bundle) submit(t *testing.T, id, agent string) string {
 	})
 	require.NoError(t, err)
 	require.True(t, created)
+	// A submit is answered at its commit, before its entry is published: wait for the publish,
+	// so that the job's queue shows it.
+	b.eng.FlushMarks(context.Background())
 	return job.ID
 }
 
