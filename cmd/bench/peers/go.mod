@@ -1,4 +1,4 @@
-module github.com/gpuorch/orchestrator/bench/peers
+module github.com/gpuorch/orchestrator/cmd/bench/peers
 
 go 1.26.0
 
