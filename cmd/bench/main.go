@@ -21,9 +21,10 @@
 //	           rate and the orchestrator's memory at an empty queue, at 10,000 pending jobs and
 //	           at -backlog (filled with POST /jobs/submit_batch); its jobs are never run
 //
-// The results are a JSON document on stdout (and in -out); progress goes to stderr. Every child
-// process runs in its own process group and is stopped on exit, Ctrl-C included; a second
-// Ctrl-C kills them at once. See bench/README.md.
+// The results are a JSON document on stdout and in -out (by default a file in the user's cache
+// directory, outside the working tree); progress goes to stderr. Every child process runs in
+// its own process group and is stopped on exit, Ctrl-C included; a second Ctrl-C kills them at
+// once. See cmd/bench/README.md.
 package main
 
 import (
@@ -125,7 +126,7 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	fs.BoolVar(&o.embedded, "embedded", false, "run the bench's orchestrator in the embedded mode (orchestrator serve --embedded: SQLite in a temporary data directory, Redis in its process) instead of on MariaDB and Redis")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the orchestrator and worker binaries (built into a temporary directory when missing)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the database, the Redis keys and the logs")
-	fs.StringVar(&o.out, "out", "", "also write the JSON report to this file")
+	fs.StringVar(&o.out, "out", "", "also write the JSON report to this file (default: gpu-orchestrator/bench/results-<start>.json in $XDG_CACHE_HOME, else ~/.cache, else the temporary directory)")
 	fs.StringVar(&o.pprof, "pprof", "", "record the orchestrator's CPU with perf during this scenario (own stack only); report next to -out")
 	fs.IntVar(&o.backlog, "backlog", 1000000, fmt.Sprintf("backlog: pending jobs of the last probe (above %d, the second probe's)", backlogBase))
 	fs.DurationVar(&o.backlogProbe, "backlog-probe", 5*time.Second, "backlog: how long each submit-rate probe lasts")
@@ -231,7 +232,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) int {
 		Config:    flagValues(fs),
 		Scenarios: map[string]*ScenarioResult{},
 	}
-	progress("bench: %d CPUs, load average %s; scenarios %s", rep.Machine.CPUs, rep.Machine.LoadAvg, strings.Join(o.scenarios, ","))
+	o.out = reportPath(o.out, rep.StartedAt)
+	progress("bench: %d CPUs, load average %s; scenarios %s; report to %s", rep.Machine.CPUs, rep.Machine.LoadAvg, strings.Join(o.scenarios, ","), o.out)
 	status := 0
 	if err := runScenarios(ctx, o, rep); err != nil {
 		rep.Error = err.Error()
@@ -248,6 +250,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) int {
 		progress("bench: %v", err)
 		return 1
 	}
+	progress("bench: report written to %s", o.out)
 	return status
 }
 

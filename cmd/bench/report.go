@@ -191,6 +191,22 @@ func procField(path, key string) string {
 	return ""
 }
 
+// reportPath is where the report of a run started at started goes: out when given, else
+// gpu-orchestrator/bench/results-<start, UTC>.json in the user's cache directory
+// ($XDG_CACHE_HOME, else ~/.cache on Linux), else in the temporary directory. Never the working
+// directory: a run from a checkout leaves no result in the tree.
+func reportPath(out string, started time.Time) string {
+	if out != "" {
+		return out
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	name := "results-" + started.UTC().Format("20060102T150405Z") + ".json"
+	return filepath.Join(dir, "gpu-orchestrator", "bench", name)
+}
+
 // writeReport writes the report as indented JSON to w and, when path is not empty, to path.
 func writeReport(r *Report, w io.Writer, path string) error {
 	var buf bytes.Buffer

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -380,11 +379,7 @@ func (r *runner) startProfile(name string) *profiler {
 		progress("-pprof: only the bench's own orchestrator can be profiled; skipped")
 		return nil
 	}
-	dir := filepath.Dir(r.o.out)
-	if r.o.out == "" {
-		dir, _ = os.Getwd()
-	}
-	prof, err := startProfile(r.st.dir, dir, "orchestrator-"+name, r.st.orch.pid())
+	prof, err := startProfile(r.st.dir, filepath.Dir(r.o.out), "orchestrator-"+name, r.st.orch.pid())
 	if err != nil {
 		progress("-pprof: %v", err)
 		return nil

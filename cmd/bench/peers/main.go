@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -61,7 +62,7 @@ func main() {
 	flag.IntVar(&cfg.rate, "rate", 1000, "latency: offered inserts per second")
 	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "latency: how long the rate is offered")
 	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "how long a scenario waits for its jobs after the inserts")
-	flag.StringVar(&cfg.out, "out", "", "also write the JSON report to this file")
+	flag.StringVar(&cfg.out, "out", "", "also write the JSON report to this file (default: gpu-orchestrator/bench/peers-<start>.json in $XDG_CACHE_HOME, else ~/.cache, else the temporary directory)")
 	flag.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis for asynq")
 	flag.IntVar(&cfg.redisDB, "redis-db", 15, "Redis DB for asynq, flushed before and after (never 0)")
 	flag.StringVar(&cfg.pgURL, "pg-url", "postgres://postgres@127.0.0.1:5432/test", "Postgres for River: a fresh database is created beside this one and dropped")
@@ -109,15 +110,34 @@ func main() {
 
 	data, _ := json.MarshalIndent(rep, "", "  ")
 	os.Stdout.Write(append(data, '\n'))
-	if cfg.out != "" {
-		if err := os.WriteFile(cfg.out, append(data, '\n'), 0o644); err != nil {
-			fatalf("write %s: %v", cfg.out, err)
-		}
+	out := reportPath(cfg.out, rep.StartedAt)
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		fatalf("write %s: %v", out, err)
 	}
+	if err := os.WriteFile(out, append(data, '\n'), 0o644); err != nil {
+		fatalf("write %s: %v", out, err)
+	}
+	fmt.Fprintf(os.Stderr, "report written to %s\n", out)
 	summary(os.Stderr, &rep)
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// reportPath is where the report of a run started at started goes: out when given, else
+// gpu-orchestrator/bench/peers-<start, UTC>.json in the user's cache directory
+// ($XDG_CACHE_HOME, else ~/.cache on Linux), else in the temporary directory; never the
+// working directory, so a run from a checkout leaves no result in the tree.
+func reportPath(out string, started time.Time) string {
+	if out != "" {
+		return out
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	name := "peers-" + started.UTC().Format("20060102T150405Z") + ".json"
+	return filepath.Join(dir, "gpu-orchestrator", "bench", name)
 }
 
 func runSystem(ctx context.Context, name string, cfg config, rep *Report) (err error) {
