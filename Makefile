@@ -41,9 +41,10 @@ fuzz:
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
-## bench: the load generator against a stack it starts (see bench/README.md); extra flags in BENCH_FLAGS
+## bench: the load generator against a stack it starts (see cmd/bench/README.md); extra flags in
+## BENCH_FLAGS; the report goes to stdout and to a file outside the tree (printed at the end)
 bench: build services
-	$(GO) run ./bench -out bench/results.json $(BENCH_FLAGS)
+	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 
 ## lint: gofmt and go vet
 lint:
