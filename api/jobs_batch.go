@@ -103,8 +103,8 @@ func (s *Server) submitBatch(c *gin.Context) {
 // needsTurn reports whether a batch must wait for a turn (batchTurn): when its body is larger
 // than one submit may be (max_payload_bytes and the envelope), or of unknown length. A batch
 // no larger holds about what a single submit holds, and single submits take no turn: gating
-// small batches too cost 32 concurrent senders of 10-job batches 43% of their rate
-// (docs/performance.md).
+// small batches too cost many concurrent senders of small batches much of their rate, for no
+// memory saved.
 func (s *Server) needsTurn(r *http.Request) bool {
 	return r.ContentLength < 0 || r.ContentLength > s.cfg.MaxPayloadBytes+submitEnvelopeBytes
 }
@@ -135,7 +135,7 @@ func (s *Server) batchTurn(c *gin.Context) (release func(), err error) {
 }
 
 // afterBatch ends a batch, and gives the memory of a burst of batches back to the system once
-// no batch has run for s.batchIdle. A batch of 1,000 jobs allocates about 10 MB; after a bulk
+// no batch has run for s.batchIdle. A batch of 1,000 jobs allocates megabytes; after a bulk
 // fill the Go runtime keeps the heap it grew to until later collections shrink its goal, which
 // on an idle orchestrator can take minutes. A forced collection of the small heap left costs a
 // few milliseconds once per burst.

@@ -13,7 +13,7 @@ import (
 // whole handler (auth, decoding, admission, the engine's transactions and XADDs against the
 // real MariaDB and Redis). Its B/op, the request's own encoding included, is what a bulk fill
 // allocates per request. That sets the orchestrator's memory peak during a fill
-// (docs/performance.md, "Memory after a bulk fill"):
+// (docs/performance-history.md, "Memory after a bulk fill"):
 //
 //	go test -run '^$' -bench BenchmarkSubmitBatch -benchtime 20x -benchmem ./api/
 func BenchmarkSubmitBatch(b *testing.B) {

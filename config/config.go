@@ -162,7 +162,8 @@ type Config struct {
 	Path string `yaml:"-"`
 }
 
-// Leases configures leases (DESIGN.md, principle 2).
+// Leases configures leases: nothing runs without one, and a worker that stops renewing its
+// lease loses its job.
 type Leases struct {
 	// TTL is the time to live of a job's lease: its worker renews it every TTL/3, and a lease
 	// not renewed for TTL expires and its job is rescued (ORCH_LEASE_TTL_MS).

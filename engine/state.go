@@ -15,7 +15,8 @@ import (
 // ErrIllegalTransition is returned for a move the state machine does not allow.
 var ErrIllegalTransition = errors.New("illegal job transition")
 
-// transitions is the job state machine of DESIGN.md: from → allowed targets.
+// transitions is the job state machine (docs/architecture.md, "Job states"): from → allowed
+// targets.
 var transitions = map[store.JobStatus][]store.JobStatus{
 	// claim; cancel; dead-letter at admission of a replayed job is not possible: nothing else.
 	store.JobPending: {store.JobClaimed, store.JobCancelled},

@@ -11,7 +11,8 @@ import (
 	"github.com/gpuorch/orchestrator/store"
 )
 
-// TestCanTransition checks every from/to pair against the diagram of DESIGN.md.
+// TestCanTransition checks every from/to pair against the job state diagram of
+// docs/architecture.md.
 func TestCanTransition(t *testing.T) {
 	t.Parallel()
 	allowed := map[[2]store.JobStatus]bool{

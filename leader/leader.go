@@ -1,6 +1,7 @@
 // Package leader elects the one orchestrator instance that runs the leader-only work
 // (maintenance loops, the dispatcher) and numbers every election with a term, so that a
-// deposed leader's late writes are refused (DESIGN.md, principle 4 and "Leadership").
+// deposed leader's late writes are refused: two instances that both believe they lead (one
+// paused past its lock, say) never both change the cluster.
 //
 // Two electors implement Elector: MySQLElector for clusters (a MariaDB GET_LOCK held on a
 // pinned connection) and LocalElector for the embedded single-node mode (a file lock on the

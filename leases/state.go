@@ -1,7 +1,7 @@
 // Package leases is the lease manager: it places leases on GPUs by their telemetry, grants,
 // renews, releases and lists them, and records the telemetry nodes report (gpu_devices).
 //
-// Nothing runs without a lease (DESIGN.md, principle 2). A gpu lease reserves memory on one GPU
+// Nothing runs without a lease: a job whose worker stops renewing it is rescued. A gpu lease reserves memory on one GPU
 // of one node; a cpu lease holds a CPU slot and is placed nowhere. Placement reads a node's GPUs
 // with their active reservations under SELECT … FOR UPDATE, so grants on one node are serialized
 // across every orchestrator instance and a GPU is never promised more than it has:

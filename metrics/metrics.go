@@ -3,7 +3,7 @@
 // (engine.Observer), and the scrape-time collectors of everything that lives in Redis or
 // MariaDB (queue depths, leases, GPU telemetry, pools, leadership).
 //
-// Conventions (STYLE.md, 11): every name starts with gpu_orchestrator_; counters end in _total,
+// Conventions (docs/architecture.md, "Metrics"): every name starts with gpu_orchestrator_; counters end in _total,
 // durations are _seconds; every label value that is known up front is pre-created at 0, so a
 // rate() or an alert has a series from the first scrape; depths and counts that live in a
 // database are read when Prometheus scrapes, never counted by hand. Collectors read through

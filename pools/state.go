@@ -12,7 +12,8 @@
 // a few intervals is marked offline by the leader; its leases are left to expire on their own.
 //
 // Pool states change only through Transition, which checks the allowed-transitions table and
-// returns the audit row to write in the same transaction (DESIGN.md, principle 5).
+// returns the audit row to write in the same transaction, so every change of a pool is
+// explained and no path can skip the table.
 package pools
 
 import (

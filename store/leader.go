@@ -25,7 +25,7 @@ type LeaderState struct {
 }
 
 // LeaderExecutor is the operations on leader_state, the single row that numbers leadership
-// terms (DESIGN.md, principle 4).
+// terms, so that leader-only writes can be fenced.
 //
 // Mutual exclusion itself comes from elsewhere (a MariaDB GET_LOCK, or a file lock in embedded
 // mode); the term only makes a stale leader harmless. The elector calls LeaderAcquire right

@@ -1,8 +1,9 @@
 // Package store defines the persistence boundary of the orchestrator: the models, the Store
 // interface every driver implements, and the sentinel errors drivers map their errors to.
 //
-// The database is the truth (DESIGN.md, principle 1): every job state lives here, and every
-// transition is written together with its audit row inside one transaction (WithTx).
+// The database is the truth, and Redis only the delivery: every job state lives here, so a
+// lost Redis loses no job, and every transition is written together with its audit row inside
+// one transaction (WithTx), so the record cannot disagree with the state.
 package store
 
 import (
@@ -46,7 +47,7 @@ func (e *unavailableError) Is(target error) bool { return target == ErrUnavailab
 // JobStatus is the state of a job. The allowed transitions live in engine (one table).
 type JobStatus string
 
-// Job states, as in DESIGN.md.
+// Job states (docs/architecture.md, "Job states").
 const (
 	JobPending    JobStatus = "pending"
 	JobClaimed    JobStatus = "claimed"
@@ -298,7 +299,7 @@ type LockParams struct {
 	Leases   []string
 }
 
-// Store is the database. Drivers: store/mysql (MariaDB) and, later, store/sqlite.
+// Store is the database. Drivers: store/mysql (MariaDB) and store/sqlite (the embedded mode).
 type Store interface {
 	Executor
 	// WithTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise.

@@ -13,7 +13,7 @@ import (
 	"github.com/gpuorch/orchestrator/client"
 )
 
-// Job states as the API shows them (DESIGN: job states). The client package has no constants for
+// Job states as the API shows them (docs/architecture.md, "Job states"). The client package has no constants for
 // them; these are the ones orchctl must know: which are terminal, and what --status completes to.
 const (
 	statusPending    = "pending"

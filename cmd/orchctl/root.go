@@ -37,7 +37,8 @@ const (
 	userAgent             = "orchctl/1"
 )
 
-// Environment variables read for the defaults of the global flags (DESIGN: fixed interfaces).
+// Environment variables read for the defaults of the global flags: the same names the worker
+// reads, so one environment serves both.
 const (
 	envAPIURL   = "ORCH_API_URL"
 	envAPIToken = "ORCH_API_TOKEN"

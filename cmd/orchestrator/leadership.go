@@ -19,8 +19,9 @@ import (
 	"github.com/gpuorch/orchestrator/streams"
 )
 
-// loop is what every background loop offers (STYLE.md: Start returns at once, Stop is
-// idempotent).
+// loop is what every background loop offers (internal/startstop): Start returns at once, so
+// one slow loop does not hold back the others, and Stop is idempotent, so every exit path may
+// call it.
 type loop interface {
 	Start(ctx context.Context) error
 	Stop()

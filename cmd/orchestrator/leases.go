@@ -10,11 +10,10 @@ import (
 	"github.com/gpuorch/orchestrator/telemetry"
 )
 
-// startLeaseLoops starts the loops of leases: the telemetry poller of this orchestrator's own
-// node, whose snapshots go to gpu_devices (simulated GPUs follow the node's reservations), and
-// the lease purger, which expires leases whose holder went quiet and rescues their jobs. The
-// purger runs in every instance for now (its writes are idempotent compare-and-sets); the
-// leader wiring gates it and fences it with the term. The function returned stops both.
+// startLeaseLoops starts the telemetry poller of this orchestrator's own node, whose snapshots
+// go to gpu_devices (simulated GPUs follow the node's reservations). The lease purger, which
+// expires leases whose holder went quiet and rescues their jobs, is leader-only work
+// (leaderWork), fenced by the term. The function returned stops the poller.
 func startLeaseLoops(ctx context.Context, cfg *config.Config, eng *engine.Engine, log *slog.Logger) (stop func(), err error) {
 	lm := eng.Leases()
 	provider, err := telemetry.Auto(cfg.NodeID, telemetry.AutoOptions{

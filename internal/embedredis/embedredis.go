@@ -3,8 +3,8 @@
 // can connect to it like to any Redis. Nothing has to be installed.
 //
 // It keeps nothing on disk: every start begins with empty streams. That is sound because the
-// database is the truth (DESIGN.md, principle 1): at start the embedded mode re-publishes
-// every job that is not finished (engine.RecoverRedis), exactly what happens after a real
+// database is the truth and a stream entry only a delivery: at start the embedded mode
+// re-publishes every job that is not finished (engine.RecoverRedis), exactly what happens after a real
 // Redis lost its data. To let that detection work unchanged, the server answers INFO server
 // with a run_id of its own, new at every start, which miniredis alone does not (see below).
 //

@@ -14,8 +14,8 @@ import (
 // that could race is an upsert or fails as a duplicate key. Under READ COMMITTED a
 // transaction holds its read view for one statement instead of from its first read to its
 // commit, so InnoDB purges the old versions of the job rows sooner, and the scans of their
-// secondary indexes seem to read fewer of them: MariaDB spent less CPU per streamed job in 9
-// of 10 paired runs of the bench, up to 23% (docs/performance.md, "READ COMMITTED").
+// secondary indexes seem to read fewer of them: MariaDB spends less CPU per streamed job
+// (docs/performance.md).
 //
 // Two cases keep the server's level: a DSN that sets tx_isolation or transaction_isolation
 // itself (the operator's choice), and a server that writes a statement-based binary log,

@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite of store.Store: every driver (store/mysql, later
+// Package storetest is the conformance suite of store.Store: every driver (store/mysql,
 // store/sqlite) runs Run from its own tests and must pass it unchanged.
 //
 // The suite speaks only through the store interface. Subtests run in parallel on one store

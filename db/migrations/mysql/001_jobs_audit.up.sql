@@ -1,5 +1,15 @@
 -- Jobs and the audit trail. All DATETIME(6) columns hold UTC (the driver forces loc=UTC).
 --
+-- orchestrator_jobs is the truth about every job: its state, attempts, payload and result, the
+-- outbox flag (enqueued, stream_id: published or not) and the worker and lease of its current
+-- attempt. orchestrator_audit holds one row per transition, written in the transition's own
+-- transaction; its auto-increment id is the order of events.
+--
+-- Later migrations change these tables: 004 adds idx_jobs_owner_pool (owner_pool, status) for
+-- a pool's eviction; 006 drops idx_jobs_worker, which served no query; 007 drops the JSON_VALID
+-- checks of payload and result, which MariaDB ran on every UPDATE of a job row (the API's
+-- decoder checks both before they are written). The audit details' check stays.
+--
 -- JSON columns (payload, result, details) are LONGTEXT utf8mb4_bin with a JSON_VALID check, the
 -- same shape MariaDB's own JSON alias produces, spelled out so that:
 --   * the bytes the client sent are stored and returned unchanged (no normalisation, unlike

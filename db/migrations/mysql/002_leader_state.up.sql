@@ -1,4 +1,4 @@
--- Leadership (DESIGN.md, principle 4): one row holding the current leadership term.
+-- Leadership: one row holding the current leadership term, so that leader-only work is fenced.
 --
 -- The leader is whoever holds the MariaDB GET_LOCK; this row only numbers the acquisitions.
 -- Every acquisition increments term (right after GET_LOCK succeeded), and every leader-only

@@ -1,4 +1,5 @@
--- Leases and GPU telemetry (DESIGN.md, principle 2: nothing runs without a lease).
+-- Leases and GPU telemetry: nothing runs without a lease, and a GPU lease is placed by the
+-- node's telemetry.
 --
 -- orchestrator_leases: one row per lease, kept after it ends (released or expired) as the record
 -- of who held which resource when; retention deletes old ended rows.

@@ -1,4 +1,5 @@
--- Worker pools and the worker registry (DESIGN.md, Data model).
+-- Worker pools and the worker registry, and the index of orchestrator_jobs by owner pool that a
+-- pool's eviction rescues by.
 --
 -- worker_pools: one row per named pool, kept across orchestrator restarts; the leader's
 -- reconciler makes the live workers match it.

@@ -1,4 +1,5 @@
--- Admission control (DESIGN.md, Flows: Admission): one policy per agent with a limit of its own.
+-- Admission control: one policy per agent with a limit of its own (the token bucket's rate and
+-- burst, a cap on pending jobs), read by every instance's admission refresher.
 --
 --   agent         the agent's name, or '*': the row that replaces the configured default policy
 --                 at run time (the policy of every agent without a row of its own)

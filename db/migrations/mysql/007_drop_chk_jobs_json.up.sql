@@ -10,12 +10,9 @@
 -- Nothing in the orchestrator writes either again. Ad-hoc SQL that writes a payload or a
 -- result must write valid JSON: a claim hands the payload to its worker as it is.
 --
--- Measured (docs/performance.md, "2026-11-26: what a payload costs"):
--- * BenchmarkRoundCost/Payload256KiB (worker rounds of 10 jobs of 256 KiB): MariaDB 2,015 and
---   2,375 µs of CPU per job with the payload's check, 575 and 570 µs without it;
--- * BenchmarkRoundCost/Result256KiB (results of 256 KiB): MariaDB 2,440 and 2,230 µs per job
---   with the result's check, 1,665 and 1,555 µs without it.
--- The cost grows with the JSON's size; for no-op jobs it is within noise.
+-- The cost grows with the JSON's size: with large payloads the checks were most of MariaDB's
+-- CPU per job in a worker round; for no-op jobs they are within noise (BenchmarkRoundCost;
+-- docs/performance-history.md, "2026-11-26: what a payload costs").
 --
 -- The audit rows' and lease metadata's checks stay: audit rows are never updated, and lease
 -- metadata is small. SQLite runs a CHECK on UPDATE only when a column it names changes, so

@@ -1,6 +1,10 @@
 -- Jobs and the audit trail: the SQLite mirror of mysql/001_jobs_audit.up.sql (same columns,
 -- same indexes, same meaning), for the embedded single-node mode.
 --
+-- Later migrations, as with MariaDB: 004 adds idx_jobs_owner_pool, 006 drops idx_jobs_worker.
+-- 007 changes nothing here: SQLite runs a CHECK on UPDATE only when a column it names changes,
+-- so the payload's and result's json_valid checks cost one parse each and stay.
+--
 -- STRICT tables: SQLite checks every value against the column type instead of silently
 -- storing whatever it is given, which is what the MariaDB schema guarantees too.
 --

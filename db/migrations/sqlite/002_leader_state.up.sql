@@ -1,4 +1,4 @@
--- Leadership (DESIGN.md, principle 4): the SQLite mirror of mysql/002_leader_state.up.sql.
+-- Leadership, fenced by a term: the SQLite mirror of mysql/002_leader_state.up.sql.
 --
 -- In the embedded mode the leader is the process holding the file lock on the data directory
 -- (leader.LocalElector); this row only numbers the acquisitions, exactly as with MariaDB, so
