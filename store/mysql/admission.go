@@ -93,35 +93,7 @@ func (e executor) JobCountUnfinished(ctx context.Context, agent string, limit in
 // JobCountPending counts the pending jobs of each of types over idx_jobs_type_status, less
 // those of excludeIDs.
 func (e executor) JobCountPending(ctx context.Context, types, excludeIDs []string) (map[string]int, error) {
-	out := make(map[string]int, len(types))
-	if len(types) == 0 {
-		return out, nil
-	}
-	args := append([]any{string(store.JobPending)}, sqlgen.Args(types)...)
-	q := `SELECT type, COUNT(*) FROM orchestrator_jobs WHERE status = ? AND type IN (` + sqlgen.Placeholders(len(types)) + `)`
-	if ids := sqlgen.ASCIIIDs(excludeIDs); len(ids) > 0 {
-		q += ` AND job_id NOT IN (` + sqlgen.Placeholders(len(ids)) + `)`
-		args = append(args, sqlgen.Args(ids)...)
-	}
-	rows, err := e.q.QueryContext(ctx, q+` GROUP BY type`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("count pending jobs: %w", mapErr(err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			typ string
-			n   int
-		)
-		if err := rows.Scan(&typ, &n); err != nil {
-			return nil, fmt.Errorf("count pending jobs: %w", err)
-		}
-		out[typ] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count pending jobs: %w", mapErr(err))
-	}
-	return out, nil
+	return shared.JobCountPending(ctx, e.q, types, excludeIDs)
 }
 
 func scanAdmissionPolicy(row scanner) (store.AdmissionPolicy, error) {

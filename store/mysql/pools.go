@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -75,40 +74,7 @@ func (e executor) PoolList(ctx context.Context, statuses ...store.PoolStatus) ([
 
 // PoolUpdate is one UPDATE guarded by the current status.
 func (e executor) PoolUpdate(ctx context.Context, u store.PoolUpdate) error {
-	if !sqlgen.ASCIIID(u.ID) {
-		return fmt.Errorf("update pool %s: %w", u.ID, store.ErrNotFound)
-	}
-	now := dbTime(u.Now)
-	sets := []string{"status = ?", "updated_at = ?"}
-	args := []any{string(u.To), now}
-	set := func(col string, v any) { sets, args = append(sets, col+" = ?"), append(args, v) }
-	if u.To != u.From {
-		set("status_changed_at", now)
-	}
-	if u.StatusReason != nil {
-		set("status_reason", sqlgen.TruncateUTF8(*u.StatusReason, 255))
-	}
-	if s := u.Spec; s != nil {
-		set("agent_name", s.Agent)
-		set("model_id", s.ModelID)
-		set("adapter", s.Adapter)
-		set("variant", s.Variant)
-		set("job_types", sqlgen.TypesJSON(s.Types))
-		set("desired_workers", s.DesiredWorkers)
-		set("hold_seconds", s.HoldSeconds)
-		set("metadata", sqlgen.JSONArg(s.Metadata))
-	}
-	if u.SpawnedWorkers != nil {
-		set("spawned_workers", *u.SpawnedWorkers)
-	}
-	if u.StartedAt != nil {
-		set("started_at", dbTime(*u.StartedAt))
-	}
-	args = append(args, u.ID, string(u.From))
-	what := fmt.Sprintf("update pool %s from %s to %s", u.ID, u.From, u.To)
-	return shared.CompareAndSet(ctx, e.q, what, sqlgen.Statement{SQL: "UPDATE worker_pools SET " +
-		strings.Join(sets, ", ") + " WHERE pool_id = ? AND status = ?", Args: args},
-		"SELECT 1 FROM worker_pools WHERE pool_id = ?", u.ID)
+	return shared.PoolUpdate(ctx, e.q, u)
 }
 
 // PoolTouch moves last_heartbeat or last_activity_at forward to now.

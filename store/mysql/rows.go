@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -37,15 +36,7 @@ func (e executor) queryJobHolders(ctx context.Context, ids []string) ([]store.Jo
 
 // execCount runs a write and returns how many rows it changed; what names it in errors.
 func (e executor) execCount(ctx context.Context, what, q string, args ...any) (int, error) {
-	res, err := e.q.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	return int(n), nil
+	return shared.ExecCount(ctx, e.q, what, q, args...)
 }
 
 // scanRows scans the rows of the current result set with scan.

@@ -12,15 +12,7 @@ import (
 
 // execCount runs a write and returns how many rows it changed; what names it in errors.
 func (e executor) execCount(ctx context.Context, what, q string, args ...any) (int, error) {
-	res, err := e.w.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	return int(n), nil
+	return shared.ExecCount(ctx, e.w, what, q, args...)
 }
 
 // queryJobHolders reads the holders of ids (at most batchChunk of them).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -79,50 +78,7 @@ func (e executor) WorkerList(ctx context.Context, poolID string, all bool) ([]st
 
 // WorkerUpdate writes the given columns of one worker.
 func (e executor) WorkerUpdate(ctx context.Context, u store.WorkerUpdate) error {
-	if !sqlgen.ASCIIID(u.ID) {
-		return fmt.Errorf("update worker %s: %w", u.ID, store.ErrNotFound)
-	}
-	var (
-		sets []string
-		args []any
-	)
-	set := func(col string, v any) { sets, args = append(sets, col+" = ?"), append(args, v) }
-	if u.Status != nil {
-		set("status", string(*u.Status))
-	}
-	if u.Instruction != nil {
-		set("instruction", string(*u.Instruction))
-	}
-	if u.InFlight != nil {
-		set("in_flight", *u.InFlight)
-	}
-	if u.JobsClaimed != nil {
-		set("jobs_claimed", *u.JobsClaimed)
-	}
-	if u.Telemetry != nil {
-		set("telemetry", sqlgen.JSONArg(u.Telemetry))
-	}
-	if u.LastHeartbeat != nil {
-		set("last_heartbeat", dbTime(*u.LastHeartbeat))
-	}
-	if u.LastActiveAt != nil {
-		set("last_active_at", dbTime(*u.LastActiveAt))
-	}
-	if len(sets) == 0 {
-		sets = append(sets, "worker_id = worker_id")
-	}
-	what := "update worker " + u.ID
-	res, err := e.w.ExecContext(ctx, "UPDATE workers SET "+strings.Join(sets, ", ")+" WHERE worker_id = ?",
-		append(args, u.ID)...)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	} else if n == 0 {
-		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
-	}
-	return nil
+	return shared.WorkerUpdate(ctx, e.w, u)
 }
 
 // WorkerMarkOffline marks the matching workers offline in one UPDATE … RETURNING.
