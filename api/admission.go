@@ -201,7 +201,7 @@ func checkPolicyAgent(agent string) error {
 	case agent == "":
 		return badRequest("agent", "is required (an agent name, or %q for the default policy)", client.AdmissionDefaultAgent)
 	case agent != store.AdmissionDefaultAgent && !engine.AgentPattern.MatchString(agent):
-		return badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -, or %q", client.AdmissionDefaultAgent)
+		return badRequest("agent", "must be %q or %s", client.AdmissionDefaultAgent, engine.AgentPattern.Rule())
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/internal/ident"
 )
 
 // listGPUs handles GET /gpus?node_id=: every GPU's latest telemetry with what active leases
@@ -14,8 +15,8 @@ import (
 // and GPUs whose telemetry is not fresh.
 func (s *Server) listGPUs(c *gin.Context) {
 	node := c.Query("node_id")
-	if node != "" && !workerIDPattern.MatchString(node) {
-		s.writeError(c, badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -"))
+	if node != "" && !ident.ID.MatchString(node) {
+		s.writeError(c, badID("node_id", ident.ID))
 		return
 	}
 	gpus, err := s.leases.GPUs(c.Request.Context(), node)

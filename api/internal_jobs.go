@@ -18,7 +18,6 @@ import (
 const MaxItemsPerCall = 1000
 
 var (
-	workerIDPattern = ident.Pattern{Min: 1, Max: 128}
 	// streamRefPattern bounds the stream name and entry id a worker echoes back (only logged and audited).
 	streamRefPattern = ident.Pattern{Min: 0, Max: 256}
 )
@@ -128,11 +127,11 @@ func validateClaim(req client.ClaimRequest) error {
 	if err := validateWorker(req.WorkerID); err != nil {
 		return err
 	}
-	if req.PoolID != "" && !workerIDPattern.MatchString(req.PoolID) {
-		return badRequest("pool_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	if req.PoolID != "" && !ident.ID.MatchString(req.PoolID) {
+		return badID("pool_id", ident.ID)
 	}
-	if req.NodeID != "" && !workerIDPattern.MatchString(req.NodeID) {
-		return badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	if req.NodeID != "" && !ident.ID.MatchString(req.NodeID) {
+		return badID("node_id", ident.ID)
 	}
 	if len(req.Jobs) > MaxItemsPerCall {
 		return badRequest("jobs", "at most %d per call, got %d", MaxItemsPerCall, len(req.Jobs))
@@ -140,11 +139,11 @@ func validateClaim(req client.ClaimRequest) error {
 	for i, it := range req.Jobs {
 		switch {
 		case !engine.JobIDPattern.MatchString(it.JobID):
-			return badRequest(itemField("jobs", i, "job_id"), "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+			return badID(itemField("jobs", i, "job_id"), engine.JobIDPattern)
 		case !streamRefPattern.MatchString(it.Stream):
-			return badRequest(itemField("jobs", i, "stream"), "must be at most 256 of A-Z a-z 0-9 . _ : -")
+			return badID(itemField("jobs", i, "stream"), streamRefPattern)
 		case !streamRefPattern.MatchString(it.MessageID):
-			return badRequest(itemField("jobs", i, "message_id"), "must be at most 256 of A-Z a-z 0-9 . _ : -")
+			return badID(itemField("jobs", i, "message_id"), streamRefPattern)
 		}
 	}
 	if err := validateResults(req.Results); err != nil {
@@ -224,7 +223,7 @@ func validateResults(results []client.JobResult) error {
 	for i, r := range results {
 		switch {
 		case !engine.JobIDPattern.MatchString(r.JobID):
-			return badRequest(itemField("results", i, "job_id"), "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+			return badID(itemField("results", i, "job_id"), engine.JobIDPattern)
 		case r.Status != client.ResultDone && r.Status != client.ResultFailed:
 			return badRequest(itemField("results", i, "status"), "must be %q or %q", client.ResultDone, client.ResultFailed)
 		case r.Attempt < 0:
@@ -249,8 +248,8 @@ func validateWorker(id string) error {
 	if id == "" {
 		return badRequest("worker_id", "is required")
 	}
-	if !workerIDPattern.MatchString(id) {
-		return badRequest("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	if !ident.ID.MatchString(id) {
+		return badID("worker_id", ident.ID)
 	}
 	return nil
 }
@@ -262,7 +261,7 @@ func validateIDs(field string, ids []string) error {
 	}
 	for i, id := range ids {
 		if !engine.JobIDPattern.MatchString(id) {
-			return badRequest(fmt.Sprintf("%s[%d]", field, i), "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+			return badID(fmt.Sprintf("%s[%d]", field, i), engine.JobIDPattern)
 		}
 	}
 	return nil

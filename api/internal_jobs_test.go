@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/ident"
 )
 
 // entryOf returns the job's recorded stream entry, once its submit's mark has landed: a claim
@@ -210,6 +212,20 @@ func TestWorkerBadInput(t *testing.T) {
 			requireError(t, rec, http.StatusBadRequest, CodeInvalidRequest, c.field)
 		})
 	}
+	t.Run("IDMessagesSayTheRule", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct{ body, field, want string }{
+			{`{"worker_id":"..","jobs":[]}`, "worker_id", ident.ID.Rule()},
+			{`{"worker_id":"w1","node_id":".","jobs":[]}`, "node_id", ident.ID.Rule()},
+			{`{"worker_id":"w1","jobs":[{"job_id":".."}]}`, "jobs[0].job_id", engine.JobIDPattern.Rule()},
+			{`{"worker_id":"w1","jobs":[{"job_id":"a","stream":"s t"}]}`, "jobs[0].stream", streamRefPattern.Rule()},
+		} {
+			e := requireError(t, b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", c.body),
+				http.StatusBadRequest, CodeInvalidRequest, c.field)
+			require.Equal(t, "must be "+c.want, e.Message)
+			require.Contains(t, e.Message, "not . or ..")
+		}
+	})
 	t.Run("AtTheLimitReachesTheEngine", func(t *testing.T) {
 		t.Parallel()
 		rec := b.request(t, http.MethodPost, "/internal/jobs/start", "worker", `{"worker_id":"w1","job_ids":`+ids(MaxItemsPerCall)+`}`)

@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/telemetry"
@@ -63,8 +64,8 @@ func renewParams(req client.RenewRequest) (leases.RenewParams, error) {
 	if err := validateWorker(req.WorkerID); err != nil {
 		return leases.RenewParams{}, err
 	}
-	if req.NodeID != "" && !workerIDPattern.MatchString(req.NodeID) {
-		return leases.RenewParams{}, badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	if req.NodeID != "" && !ident.ID.MatchString(req.NodeID) {
+		return leases.RenewParams{}, badID("node_id", ident.ID)
 	}
 	if len(req.Tokens) > leases.MaxRenewTokens {
 		return leases.RenewParams{}, badRequest("tokens", "at most %d per call, got %d", leases.MaxRenewTokens, len(req.Tokens))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 )
@@ -85,9 +86,9 @@ func grantParams(id Identity, req client.LeaseRequest) (leases.GrantParams, erro
 	case p.Agent == "":
 		return p, badRequest("agent", "is required")
 	case !engine.AgentPattern.MatchString(p.Agent):
-		return p, badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-	case p.NodeID != "" && !workerIDPattern.MatchString(p.NodeID):
-		return p, badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		return p, badID("agent", engine.AgentPattern)
+	case p.NodeID != "" && !ident.ID.MatchString(p.NodeID):
+		return p, badID("node_id", ident.ID)
 	case p.Mode == store.LeaseGPU && (p.MemoryMB < 1 || p.MemoryMB > leaseMaxMemoryMB):
 		return p, badRequest("min_memory_mb", "must be in 1..%d for a gpu lease", leaseMaxMemoryMB)
 	case p.Mode == store.LeaseCPU && (p.MemoryMB < 0 || p.MemoryMB > leaseMaxMemoryMB):
@@ -178,11 +179,11 @@ func checkLeaseList(p *store.LeaseListParams, id Identity, limit string) error {
 	}
 	switch {
 	case p.Agent != "" && !engine.AgentPattern.MatchString(p.Agent):
-		return badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-	case p.NodeID != "" && !workerIDPattern.MatchString(p.NodeID):
-		return badRequest("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		return badID("agent", engine.AgentPattern)
+	case p.NodeID != "" && !ident.ID.MatchString(p.NodeID):
+		return badID("node_id", ident.ID)
 	case p.JobID != "" && !engine.JobIDPattern.MatchString(p.JobID):
-		return badRequest("job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		return badID("job_id", engine.JobIDPattern)
 	}
 	if limit != "" {
 		n, err := strconv.Atoi(limit)

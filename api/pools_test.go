@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/streams"
@@ -92,7 +93,10 @@ func TestPoolsAPI(t *testing.T) {
 		requireError(t, b.request(t, http.MethodPost, "/control/evict_pool", "alice", client.EvictRequest{PoolID: "x"}), http.StatusForbidden, CodeForbidden, "")
 		requireError(t, b.request(t, http.MethodPost, "/control/evict_pool", "admin", `{}`), http.StatusBadRequest, CodeInvalidRequest, "pool_id")
 		requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "alice", client.RegisterWorkerRequest{WorkerID: "w"}), http.StatusForbidden, CodeForbidden, "")
-		requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "worker", client.RegisterWorkerRequest{WorkerID: "bad id"}), http.StatusBadRequest, CodeInvalidRequest, "worker_id")
+		e := requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "worker", client.RegisterWorkerRequest{WorkerID: "bad id"}), http.StatusBadRequest, CodeInvalidRequest, "worker_id")
+		require.Equal(t, "must be "+ident.ID.Rule(), e.Message)
+		e = requireError(t, b.request(t, http.MethodPost, "/workers/pool", "admin", `{"pool_id":".."}`), http.StatusBadRequest, CodeInvalidRequest, "pool_id")
+		require.Equal(t, "must be 1 to 100 of A-Z a-z 0-9 . _ : -, and not . or ..", e.Message)
 		requireError(t, b.request(t, http.MethodPost, "/internal/workers/w/heartbeat", "worker", client.WorkerHeartbeatRequest{Status: "sleeping"}), http.StatusBadRequest, CodeInvalidRequest, "status")
 	})
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/ident"
 )
 
 // Role is what a bearer token may do.
@@ -250,15 +251,15 @@ func (r TokenRecord) validate() error {
 	case r.Role == RoleAgent && r.Agent == "":
 		return errors.New("role agent needs agent=<name>")
 	case r.Role == RoleAgent && !engine.AgentPattern.MatchString(r.Agent):
-		return fmt.Errorf("agent %q: want 1 to 128 of A-Z a-z 0-9 . _ : -", r.Agent)
+		return fmt.Errorf("agent %q: want %s", r.Agent, engine.AgentPattern.Rule())
 	case r.Role != RoleAgent && r.Agent != "":
 		return fmt.Errorf("agent= is only for role agent, not %s", r.Role)
 	case r.Role != RoleWorker && r.Scoped():
 		return fmt.Errorf("types= and pool= are only for role worker, not %s", r.Role)
 	case r.Types != nil && len(r.Types) == 0:
 		return errors.New("types= needs at least one job type")
-	case r.Pool != "" && !workerIDPattern.MatchString(r.Pool):
-		return fmt.Errorf("pool %q: want 1 to 128 of A-Z a-z 0-9 . _ : -", r.Pool)
+	case r.Pool != "" && !ident.ID.MatchString(r.Pool):
+		return fmt.Errorf("pool %q: want %s", r.Pool, ident.ID.Rule())
 	}
 	seen := make(map[string]bool, len(r.Types))
 	for _, typ := range r.Types {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -465,6 +466,23 @@ func (c *Config) fillDefaults() {
 // Validate fails fast on a configuration that cannot work, naming the key.
 func (c *Config) Validate() error {
 	var errs []error
+	errs = append(errs, c.validateProcess()...)
+	errs = append(errs, c.validateJobTypes()...)
+	errs = append(errs, c.validateWorker()...)
+	errs = append(errs, c.validateLeases()...)
+	errs = append(errs, c.validateAdmission()...)
+	errs = append(errs, c.validatePools()...)
+	errs = append(errs, c.Security.validate()...)
+	if err := c.TLS.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// validateProcess checks the settings of the process as a whole: body and batch sizes, the
+// loops' intervals and retentions, logging.
+func (c *Config) validateProcess() []error {
+	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("config: "+format, args...)) }
 	if c.MaxPayloadBytes <= 0 {
 		bad("max_payload_bytes must be positive")
@@ -503,49 +521,66 @@ func (c *Config) Validate() error {
 	default:
 		bad("log_level %q: want debug, info, warn or error", c.LogLevel)
 	}
+	return errs
+}
+
+// validateJobTypes checks each job type and that no two share a stream.
+func (c *Config) validateJobTypes() []error {
+	var errs []error
 	streams := map[string]string{}
 	for _, name := range c.TypeNames() {
 		t := c.JobTypes[name]
-		if !nameRE.MatchString(name) {
-			bad("job_types.%s: a type name is lower case letters, digits and _ (at most 63)", name)
-		}
-		if !nameRE.MatchString(t.Stream) {
-			bad("job_types.%s.stream %q: lower case letters, digits and _", name, t.Stream)
-		}
 		if other, dup := streams[t.Stream]; dup {
-			bad("job_types.%s.stream %q is also the stream of %s", name, t.Stream, other)
+			errs = append(errs, fmt.Errorf("config: job_types.%s.stream %q is also the stream of %s", name, t.Stream, other))
 		}
 		streams[t.Stream] = name
-		if t.Stream == "dlq" || t.Stream == "control" {
-			bad("job_types.%s.stream %q is reserved", name, t.Stream)
-		}
-		known := false
-		for _, h := range Handlers {
-			known = known || h == t.Handler
-		}
-		if !known {
-			bad("job_types.%s.handler %q: want one of %s", name, t.Handler, strings.Join(Handlers, ", "))
-		}
-		if t.Command != "" && t.Handler != "exec" {
-			bad("job_types.%s.command is only for the exec handler", name)
-		}
-		if t.MaxAttempts < 1 || t.MaxAttempts > 100 {
-			bad("job_types.%s.max_attempts must be in 1..100", name)
-		}
-		if t.Timeout <= 0 {
-			bad("job_types.%s.timeout must be positive", name)
-		}
-		if t.Retention <= 0 {
-			bad("job_types.%s.retention must be positive", name)
-		}
-		if t.GPUMemoryMB < 0 {
-			bad("job_types.%s.gpu_memory_mb must not be negative", name)
-		}
-		b := t.Backoff
-		if b.Initial <= 0 || b.Max < b.Initial || b.Multiplier < 1 || b.Jitter < 0 || b.Jitter > 1 {
-			bad("job_types.%s.backoff: want 0 < initial <= max, multiplier >= 1, 0 <= jitter <= 1", name)
-		}
+		errs = append(errs, t.validate(name)...)
 	}
+	return errs
+}
+
+// validate checks job type name on its own.
+func (t *JobType) validate(name string) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("config: "+format, args...)) }
+	if !nameRE.MatchString(name) {
+		bad("job_types.%s: a type name is lower case letters, digits and _ (at most 63)", name)
+	}
+	if !nameRE.MatchString(t.Stream) {
+		bad("job_types.%s.stream %q: lower case letters, digits and _", name, t.Stream)
+	}
+	if t.Stream == "dlq" || t.Stream == "control" {
+		bad("job_types.%s.stream %q is reserved", name, t.Stream)
+	}
+	if !slices.Contains(Handlers, t.Handler) {
+		bad("job_types.%s.handler %q: want one of %s", name, t.Handler, strings.Join(Handlers, ", "))
+	}
+	if t.Command != "" && t.Handler != "exec" {
+		bad("job_types.%s.command is only for the exec handler", name)
+	}
+	if t.MaxAttempts < 1 || t.MaxAttempts > 100 {
+		bad("job_types.%s.max_attempts must be in 1..100", name)
+	}
+	if t.Timeout <= 0 {
+		bad("job_types.%s.timeout must be positive", name)
+	}
+	if t.Retention <= 0 {
+		bad("job_types.%s.retention must be positive", name)
+	}
+	if t.GPUMemoryMB < 0 {
+		bad("job_types.%s.gpu_memory_mb must not be negative", name)
+	}
+	b := t.Backoff
+	if b.Initial <= 0 || b.Max < b.Initial || b.Multiplier < 1 || b.Jitter < 0 || b.Jitter > 1 {
+		bad("job_types.%s.backoff: want 0 < initial <= max, multiplier >= 1, 0 <= jitter <= 1", name)
+	}
+	return errs
+}
+
+// validateWorker checks the worker section: its commands, sizes and the types it serves.
+func (c *Config) validateWorker() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("config: "+format, args...)) }
 	for name, cmd := range c.Worker.Commands {
 		if cmd == nil || len(cmd.Argv) == 0 || cmd.Argv[0] == "" {
 			bad("worker.commands.%s.argv must name a program", name)
@@ -557,6 +592,18 @@ func (c *Config) Validate() error {
 	if c.Worker.Batch < 1 || c.Worker.Batch > 1000 {
 		bad("worker.batch must be in 1..1000")
 	}
+	for _, t := range c.Worker.Types {
+		if _, ok := c.JobTypes[t]; !ok {
+			bad("worker.types: unknown job type %q", t)
+		}
+	}
+	return errs
+}
+
+// validateLeases checks the leases section and the telemetry poll it depends on.
+func (c *Config) validateLeases() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("config: "+format, args...)) }
 	if c.Leases.TTL < 100*time.Millisecond || c.Leases.TTL > 24*time.Hour {
 		bad("leases.ttl %s: want 100ms..24h", c.Leases.TTL)
 	}
@@ -576,18 +623,7 @@ func (c *Config) Validate() error {
 		bad("telemetry.poll_interval %s must be below leases.telemetry_freshness %s, or every node's telemetry goes stale between two reports",
 			c.Telemetry.PollInterval, c.Leases.TelemetryFreshness)
 	}
-	for _, t := range c.Worker.Types {
-		if _, ok := c.JobTypes[t]; !ok {
-			bad("worker.types: unknown job type %q", t)
-		}
-	}
-	errs = append(errs, c.validateAdmission()...)
-	errs = append(errs, c.validatePools()...)
-	errs = append(errs, c.Security.validate()...)
-	if err := c.TLS.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // TypeNames returns the configured job type names, sorted.

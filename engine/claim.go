@@ -38,105 +38,132 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 	now := e.nowUTC()
 	var res ClaimResult
 	err = e.store.WithTx(ctx, func(tx store.Tx) error {
-		res = ClaimResult{Leases: map[string]store.Lease{}}
-		ids := make([]string, 0, len(p.Results)+len(p.Items))
-		for _, r := range p.Results {
-			ids = append(ids, r.JobID)
-		}
-		for _, it := range p.Items {
-			ids = append(ids, it.JobID)
-		}
-		// Every job of the call is locked at once, then the results' leases: the lock order of
-		// every transaction that writes both. Only the jobs to claim come with their payload,
-		// which the worker gets.
-		byID, held, err := lockJobsAndLeases(ctx, tx, ids, ids[len(p.Results):], p.Results)
-		if err != nil {
-			return err
-		}
-		// Every row the claim's compare-and-sets write is locked: their checks can wait for
-		// the next round trip.
-		tx.DeferChecks()
-		var events []store.AuditEvent
-		if len(p.Results) > 0 {
-			if res.Outcomes, events, err = e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, held, now); err != nil {
-				return err
-			}
-		}
-		claimable, gpuJobs := e.claimable(p.Items, byID, now, &res)
-		if p.CheckEntries || p.Types != nil {
-			claimable, gpuJobs = e.admit(p, delivered, claimable, &res)
-		}
-		// Lock the node's GPUs before any non-locking read of the transaction, so the
-		// reservations read are the latest committed (store.GPUExecutor.GPULockNode).
-		var node *leases.NodeLock
-		if gpuJobs {
-			if node, err = e.leases.LockNode(ctx, tx, p.NodeID, now); err != nil {
-				return err
-			}
-		}
-		plans := make([]plan, 0, len(claimable))
-		granted := make([]store.Lease, 0, len(claimable))
-		actor := "worker:" + p.WorkerID
-		for _, c := range claimable {
-			job := c.job
-			attempts := job.Attempts + 1
-			lease, err := e.leases.Prepare(node, e.leaseParams(job, p, attempts), now)
-			if d, ok := leases.IsDenial(err); ok {
-				res.Refused = append(res.Refused, Refusal{JobID: job.ID, Reason: RefusedRetryLater, Detail: d.Reason})
-				continue
-			} else if err != nil {
-				return err
-			}
-			update := store.JobUpdate{
-				To:         store.JobClaimed,
-				Attempts:   &attempts,
-				WorkerID:   &p.WorkerID,
-				OwnerPool:  &p.PoolID,
-				LeaseToken: &lease.Token,
-				Now:        now,
-			}
-			if streams.IsEntryID(c.item.MessageID) {
-				// The entry the worker read is the job's live entry: its enqueued mark, 100 ms
-				// behind the submit, has often not landed yet, and a Redis recovery would
-				// otherwise not know the entry and publish the job again.
-				update.StreamID = &c.item.MessageID
-			}
-			plans = append(plans, plan{job: job, actor: actor, steps: []step{{
-				update: update,
-				// The grant of the job's lease is recorded here, not in a row of its own.
-				details: map[string]any{"attempt": attempts, "node_id": p.NodeID, "message_id": c.item.MessageID,
-					"lease": leases.GrantDetails(lease)},
-			}}})
-			granted = append(granted, lease)
-			res.Leases[job.ID] = lease
-		}
-		claimEvents, err := transitionAll(ctx, tx, plans)
-		if err != nil {
-			return err
-		}
-		events = append(events, claimEvents...)
-		for _, pl := range plans {
-			res.Claimed = append(res.Claimed, *pl.job)
-		}
-		// The worker acks and drops an entry refused as not due. Such an entry is stale (the
-		// job failed back to pending after it was published): hand the job back to the
-		// dispatcher, which publishes it when due, so no dropped entry can strand it.
-		if err := clearNotDue(ctx, tx, res.Refused, byID, now); err != nil {
-			return err
-		}
-		if err := tx.LeaseInsert(ctx, granted); err != nil {
-			return err
-		}
-		if err := tx.AuditInsert(ctx, events); err != nil {
-			return err
-		}
-		res.Cancel, err = cancelledOf(ctx, tx, p.WorkerID, p.InFlight)
+		var err error
+		res, err = e.claimIn(ctx, tx, p, delivered, now)
 		return err
 	})
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
 	}
 	return res, nil
+}
+
+// claimIn is Claim's transaction: it locks the call's rows, records the results, admits the
+// entries, places their leases and writes it all.
+func (e *Engine) claimIn(ctx context.Context, tx store.Tx, p ClaimParams, delivered map[entryKey]bool, now time.Time) (ClaimResult, error) {
+	res := ClaimResult{Leases: map[string]store.Lease{}}
+	byID, held, err := lockClaim(ctx, tx, p)
+	if err != nil {
+		return res, err
+	}
+	// Every row the claim's compare-and-sets write is locked: their checks can wait for
+	// the next round trip.
+	tx.DeferChecks()
+	var events []store.AuditEvent
+	if len(p.Results) > 0 {
+		if res.Outcomes, events, err = e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, held, now); err != nil {
+			return res, err
+		}
+	}
+	claimable, gpuJobs := e.claimable(p.Items, byID, now, &res)
+	if p.CheckEntries || p.Types != nil {
+		claimable, gpuJobs = e.admit(p, delivered, claimable, &res)
+	}
+	plans, granted, err := e.placeClaims(ctx, tx, p, claimable, gpuJobs, now, &res)
+	if err != nil {
+		return res, err
+	}
+	claimEvents, err := transitionAll(ctx, tx, plans)
+	if err != nil {
+		return res, err
+	}
+	events = append(events, claimEvents...)
+	for _, pl := range plans {
+		res.Claimed = append(res.Claimed, *pl.job)
+	}
+	// The worker acks and drops an entry refused as not due. Such an entry is stale (the
+	// job failed back to pending after it was published): hand the job back to the
+	// dispatcher, which publishes it when due, so no dropped entry can strand it.
+	if err := clearNotDue(ctx, tx, res.Refused, byID, now); err != nil {
+		return res, err
+	}
+	if err := tx.LeaseInsert(ctx, granted); err != nil {
+		return res, err
+	}
+	if err := tx.AuditInsert(ctx, events); err != nil {
+		return res, err
+	}
+	res.Cancel, err = cancelledOf(ctx, tx, p.WorkerID, p.InFlight)
+	return res, err
+}
+
+// lockClaim locks every job of the call at once, then the results' leases: the lock order of
+// every transaction that writes both. Only the jobs to claim come with their payload, which the
+// worker gets.
+func lockClaim(ctx context.Context, tx store.Tx, p ClaimParams) (map[string]*store.Job, map[string]*store.Lease, error) {
+	ids := make([]string, 0, len(p.Results)+len(p.Items))
+	for _, r := range p.Results {
+		ids = append(ids, r.JobID)
+	}
+	for _, it := range p.Items {
+		ids = append(ids, it.JobID)
+	}
+	return lockJobsAndLeases(ctx, tx, ids, ids[len(p.Results):], p.Results)
+}
+
+// placeClaims prepares a lease for each claimable job and plans its claim; a job no GPU has
+// room for is refused with retry_later (res.Refused) and stays pending.
+func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, claimable []candidate, gpuJobs bool,
+	now time.Time, res *ClaimResult) ([]plan, []store.Lease, error) {
+	// Lock the node's GPUs before any non-locking read of the transaction, so the
+	// reservations read are the latest committed (store.GPUExecutor.GPULockNode).
+	var node *leases.NodeLock
+	if gpuJobs {
+		var err error
+		if node, err = e.leases.LockNode(ctx, tx, p.NodeID, now); err != nil {
+			return nil, nil, err
+		}
+	}
+	plans := make([]plan, 0, len(claimable))
+	granted := make([]store.Lease, 0, len(claimable))
+	for _, c := range claimable {
+		attempts := c.job.Attempts + 1
+		lease, err := e.leases.Prepare(node, e.leaseParams(c.job, p, attempts), now)
+		if d, ok := leases.IsDenial(err); ok {
+			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedRetryLater, Detail: d.Reason})
+			continue
+		} else if err != nil {
+			return nil, nil, err
+		}
+		plans = append(plans, claimPlan(c, p, attempts, lease, now))
+		granted = append(granted, lease)
+		res.Leases[c.job.ID] = lease
+	}
+	return plans, granted, nil
+}
+
+// claimPlan is the plan of one claim: pending → claimed as attempt attempts, under lease.
+func claimPlan(c candidate, p ClaimParams, attempts int, lease store.Lease, now time.Time) plan {
+	update := store.JobUpdate{
+		To:         store.JobClaimed,
+		Attempts:   &attempts,
+		WorkerID:   &p.WorkerID,
+		OwnerPool:  &p.PoolID,
+		LeaseToken: &lease.Token,
+		Now:        now,
+	}
+	if streams.IsEntryID(c.item.MessageID) {
+		// The entry the worker read is the job's live entry: its enqueued mark, 100 ms
+		// behind the submit, has often not landed yet, and a Redis recovery would
+		// otherwise not know the entry and publish the job again.
+		update.StreamID = &c.item.MessageID
+	}
+	return plan{job: c.job, actor: "worker:" + p.WorkerID, steps: []step{{
+		update: update,
+		// The grant of the job's lease is recorded here, not in a row of its own.
+		details: map[string]any{"attempt": attempts, "node_id": p.NodeID, "message_id": c.item.MessageID,
+			"lease": leases.GrantDetails(lease)},
+	}}}
 }
 
 // candidate is a job a claim may take, with the entry that asked for it.

@@ -19,8 +19,6 @@ const (
 	maxTelemetryBytes = 256 << 10
 )
 
-var workerIDPattern = ident.Pattern{Min: 1, Max: 128}
-
 // RegisterParams is a worker's registration (POST /internal/workers/register).
 type RegisterParams struct {
 	WorkerID    string
@@ -133,8 +131,8 @@ func (s *Service) HeartbeatWorker(ctx context.Context, p HeartbeatParams) (Instr
 // DeregisterWorker forgets a worker that exits cleanly. Deregistering an unknown worker is not
 // an error (the call may be repeated after a lost answer).
 func (s *Service) DeregisterWorker(ctx context.Context, id string) error {
-	if !workerIDPattern.MatchString(id) {
-		return invalid("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	if !ident.ID.MatchString(id) {
+		return invalid("worker_id", "must be %s", ident.ID.Rule())
 	}
 	var poolID string
 	err := s.st.WithTx(ctx, func(tx store.Tx) error {
@@ -180,12 +178,12 @@ func poolInstruction(ctx context.Context, tx store.Tx, poolID string, own store.
 
 func validateRegister(p RegisterParams) error {
 	switch {
-	case !workerIDPattern.MatchString(p.WorkerID):
-		return invalid("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-	case p.PoolID != "" && !workerIDPattern.MatchString(p.PoolID):
-		return invalid("pool_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
-	case p.NodeID != "" && !workerIDPattern.MatchString(p.NodeID):
-		return invalid("node_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	case !ident.ID.MatchString(p.WorkerID):
+		return invalid("worker_id", "must be %s", ident.ID.Rule())
+	case p.PoolID != "" && !ident.ID.MatchString(p.PoolID):
+		return invalid("pool_id", "must be %s", ident.ID.Rule())
+	case p.NodeID != "" && !ident.ID.MatchString(p.NodeID):
+		return invalid("node_id", "must be %s", ident.ID.Rule())
 	case !nameRE.MatchString(p.Hostname):
 		return invalid("hostname", "must be at most 128 printable characters")
 	case p.PID < 0:
@@ -203,8 +201,8 @@ func validateRegister(p RegisterParams) error {
 
 func validateHeartbeat(p HeartbeatParams) error {
 	switch {
-	case !workerIDPattern.MatchString(p.WorkerID):
-		return invalid("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	case !ident.ID.MatchString(p.WorkerID):
+		return invalid("worker_id", "must be %s", ident.ID.Rule())
 	case p.Status != store.WorkerIdle && p.Status != store.WorkerExecuting && p.Status != store.WorkerDraining:
 		return invalid("status", "must be idle, executing or draining")
 	case p.InFlight < 0:
@@ -219,8 +217,8 @@ func validateHeartbeat(p HeartbeatParams) error {
 
 // Worker returns a registered worker (store.ErrNotFound when the registry does not know it).
 func (s *Service) Worker(ctx context.Context, id string) (store.Worker, error) {
-	if !workerIDPattern.MatchString(id) {
-		return store.Worker{}, invalid("worker_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+	if !ident.ID.MatchString(id) {
+		return store.Worker{}, invalid("worker_id", "must be %s", ident.ID.Rule())
 	}
 	w, err := s.st.WorkerGet(ctx, id, false)
 	if err != nil {

@@ -31,7 +31,7 @@ const (
 )
 
 var (
-	poolIDPattern = ident.Pattern{Min: 1, Max: 100}
+	poolIDPattern = ident.Pattern{Min: 1, Max: poolIDMax}
 	// nameRE bounds the free-text names of a pool (agent, model, adapter, variant).
 	nameRE = regexp.MustCompile(`^[^\x00-\x1f\x7f]{0,128}$`)
 )
@@ -229,7 +229,7 @@ func invalid(field, format string, args ...any) error {
 func (s *Service) validateCreate(p CreateParams) (store.PoolSpec, error) {
 	switch {
 	case !poolIDPattern.MatchString(p.PoolID):
-		return store.PoolSpec{}, invalid("pool_id", "must be 1 to %d of A-Z a-z 0-9 . _ : -", poolIDMax)
+		return store.PoolSpec{}, invalid("pool_id", "must be %s", poolIDPattern.Rule())
 	case p.Agent == "" || !nameRE.MatchString(p.Agent):
 		return store.PoolSpec{}, invalid("agent_name", "is required: 1 to 128 printable characters")
 	case p.ModelID == "" || !nameRE.MatchString(p.ModelID):

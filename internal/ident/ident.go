@@ -22,6 +22,9 @@ var allowed = func() (t [256]bool) {
 	return t
 }()
 
+// ID is the identifiers the API takes for job ids and agent, worker, pool and node names.
+var ID = Pattern{Min: 1, Max: 128}
+
 // MatchString reports whether s is one of p's identifiers.
 func (p Pattern) MatchString(s string) bool {
 	if len(s) < p.Min || len(s) > p.Max || s == "." || s == ".." {
@@ -39,4 +42,14 @@ func (p Pattern) MatchString(s string) bool {
 // ".." (RE2 has no lookahead): messages say it apart.
 func (p Pattern) String() string {
 	return fmt.Sprintf("^[A-Za-z0-9._:-]{%d,%d}$", p.Min, p.Max)
+}
+
+// Rule is p in words, for error messages: "1 to 128 of A-Z a-z 0-9 . _ : -, and not . or ..",
+// or "at most 256 of …" where p takes the empty string. A message says "must be " + p.Rule().
+func (p Pattern) Rule() string {
+	n := fmt.Sprintf("%d to %d", p.Min, p.Max)
+	if p.Min == 0 {
+		n = fmt.Sprintf("at most %d", p.Max)
+	}
+	return n + " of A-Z a-z 0-9 . _ : -, and not . or .."
 }

@@ -39,6 +39,21 @@ func TestPattern(t *testing.T) {
 	}
 }
 
+func TestRule(t *testing.T) {
+	for _, tc := range []struct {
+		p    Pattern
+		want string
+	}{
+		{ID, "1 to 128 of A-Z a-z 0-9 . _ : -, and not . or .."},
+		{Pattern{Min: 1, Max: 100}, "1 to 100 of A-Z a-z 0-9 . _ : -, and not . or .."},
+		{Pattern{Max: 256}, "at most 256 of A-Z a-z 0-9 . _ : -, and not . or .."},
+	} {
+		if got := tc.p.Rule(); got != tc.want {
+			t.Errorf("%v.Rule() = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}
+
 // FuzzPattern checks that a Pattern accepts what the regular expression it prints accepts,
 // and nothing else.
 func FuzzPattern(f *testing.F) {

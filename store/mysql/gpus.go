@@ -48,7 +48,7 @@ func (e executor) GPUUpsertSnapshot(ctx context.Context, s store.GPUSnapshot) er
 	q := "DELETE FROM gpu_devices WHERE node_id = ?"
 	args := []any{s.NodeID}
 	if len(s.GPUs) > 0 {
-		q += " AND gpu_index NOT IN (" + placeholders(len(s.GPUs)) + ")"
+		q += " AND gpu_index NOT IN (" + sqlgen.Placeholders(len(s.GPUs)) + ")"
 		for _, g := range s.GPUs {
 			args = append(args, g.Index)
 		}

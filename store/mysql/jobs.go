@@ -48,14 +48,14 @@ type executor struct {
 // JobInsert inserts a new pending job, or returns the existing job with inserted=false when the
 // id is taken. A zero AvailableAt means Now.
 func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store.Job, bool, error) {
-	if !asciiID(p.ID) {
+	if !sqlgen.ASCIIID(p.ID) {
 		return store.Job{}, false, fmt.Errorf("insert job %q: a job id must be ASCII", p.ID)
 	}
 	j := sqlgen.NewJob(p)
 	_, err := e.q.ExecContext(ctx, `INSERT INTO orchestrator_jobs (job_id, type, agent, payload,
 		status, attempts, max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms,
 		created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)`,
-		j.ID, j.Type, j.Agent, jsonArg(j.Payload), j.Status, j.MaxAttempts, j.AvailableAt,
+		j.ID, j.Type, j.Agent, sqlgen.JSONArg(j.Payload), j.Status, j.MaxAttempts, j.AvailableAt,
 		j.GPUMemoryMB, j.Timeout.Milliseconds(), j.CreatedAt, j.CreatedAt)
 	if err == nil {
 		return j, true, nil
@@ -96,7 +96,7 @@ func (h heldExecer) ExecContext(_ context.Context, query string, args ...any) (s
 
 // JobGet returns one job or store.ErrNotFound.
 func (e executor) JobGet(ctx context.Context, id string) (store.Job, error) {
-	if !asciiID(id) {
+	if !sqlgen.ASCIIID(id) {
 		return store.Job{}, fmt.Errorf("get job %q: %w", id, store.ErrNotFound)
 	}
 	j, err := scanJob(e.q.QueryRowContext(ctx,
@@ -110,10 +110,10 @@ func (e executor) JobGet(ctx context.Context, id string) (store.Job, error) {
 // JobGetMany returns the existing jobs among ids. With forUpdate the rows are locked in id
 // order (sorted, chunked), which keeps concurrent claimers from deadlocking each other.
 func (e executor) JobGetMany(ctx context.Context, ids []string, forUpdate bool) ([]store.Job, error) {
-	ids = distinctIDs(ids)
+	ids = sqlgen.DistinctIDs(ids)
 	var jobs []store.Job
 	for chunk := range slices.Chunk(ids, batchChunk) {
-		got, err := e.queryJobs(ctx, selectJobsByID(len(chunk), forUpdate), anySlice(chunk)...)
+		got, err := e.queryJobs(ctx, selectJobsByID(len(chunk), forUpdate), sqlgen.Args(chunk)...)
 		if err != nil {
 			return nil, fmt.Errorf("get jobs: %w", err)
 		}
@@ -126,7 +126,7 @@ func (e executor) JobGetMany(ctx context.Context, ids []string, forUpdate bool) 
 // chunk. It reads no payload: a worker asks about every job it runs on each call.
 func (e executor) JobHolders(ctx context.Context, ids []string) ([]store.JobHolder, error) {
 	var out []store.JobHolder
-	for chunk := range slices.Chunk(distinctIDs(ids), batchChunk) {
+	for chunk := range slices.Chunk(sqlgen.DistinctIDs(ids), batchChunk) {
 		got, err := e.queryJobHolders(ctx, chunk)
 		if err != nil {
 			return nil, fmt.Errorf("get job holders: %w", err)
@@ -135,9 +135,6 @@ func (e executor) JobHolders(ctx context.Context, ids []string) ([]store.JobHold
 	}
 	return out, nil
 }
-
-// distinctIDs: see sqlgen.DistinctIDs; sorted is the order of the rows a batch locks.
-func distinctIDs(ids []string) []string { return sqlgen.DistinctIDs(ids) }
 
 // lockJobsByID is the locking read of ids (at most batchChunk of them) in id order, which reads
 // the payloads of the jobs among withPayload only (store.LockParams), and its arguments.
@@ -153,18 +150,18 @@ func lockJobsByID(ids, withPayload []string) (string, []any) {
 	case len(payload) == 0:
 		expr = "NULL"
 	case len(payload) < len(ids):
-		expr = "CASE WHEN job_id IN (" + placeholders(len(payload)) + ") THEN payload END"
+		expr = "CASE WHEN job_id IN (" + sqlgen.Placeholders(len(payload)) + ") THEN payload END"
 	default:
 		payload = nil // every job's payload: no list needed
 	}
 	q := "SELECT job_id, type, agent, " + expr + ", " + jobColumnsAfterPayload +
-		" FROM orchestrator_jobs WHERE job_id IN (" + placeholders(len(ids)) + ") ORDER BY job_id FOR UPDATE"
-	return q, append(payload, anySlice(ids)...)
+		" FROM orchestrator_jobs WHERE job_id IN (" + sqlgen.Placeholders(len(ids)) + ") ORDER BY job_id FOR UPDATE"
+	return q, append(payload, sqlgen.Args(ids)...)
 }
 
 // selectJobsByID reads n jobs by id in id order, locking them when forUpdate.
 func selectJobsByID(n int, forUpdate bool) string {
-	return "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE job_id IN (" + placeholders(n) +
+	return "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE job_id IN (" + sqlgen.Placeholders(n) +
 		") ORDER BY job_id" + lockClause(forUpdate)
 }
 
@@ -192,7 +189,7 @@ func (e executor) JobList(ctx context.Context, p store.JobListParams) ([]store.J
 		where, args = append(where, "agent = ?"), append(args, p.Agent)
 	}
 	if p.After != nil {
-		if !asciiID(p.After.ID) {
+		if !sqlgen.ASCIIID(p.After.ID) {
 			return nil, fmt.Errorf("list jobs: cursor id %q is not ASCII", p.After.ID)
 		}
 		at := dbTime(p.After.CreatedAt)
@@ -204,7 +201,7 @@ func (e executor) JobList(ctx context.Context, p store.JobListParams) ([]store.J
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY created_at DESC, job_id DESC LIMIT ?"
-	args = append(args, clampLimit(p.Limit, listLimitDefault, listLimitMax))
+	args = append(args, sqlgen.ClampLimit(p.Limit, listLimitDefault, listLimitMax))
 	jobs, err := e.queryJobs(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -229,7 +226,7 @@ func (e executor) JobUpdateMany(ctx context.Context, us []store.JobUpdate) error
 
 // JobListDispatchable returns due, unpublished pending jobs, oldest available first.
 func (e executor) JobListDispatchable(ctx context.Context, p store.DispatchParams) ([]store.Job, error) {
-	q, args := shared.Dispatchable(p, clampLimit(p.Limit, dispatchLimitDefault, dispatchLimitMax))
+	q, args := shared.Dispatchable(p, sqlgen.ClampLimit(p.Limit, dispatchLimitDefault, dispatchLimitMax))
 	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumnsNoPayload+q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dispatchable jobs: %w", err)
@@ -271,7 +268,7 @@ func (e executor) JobMarkPublished(ctx context.Context, marks []store.JobEnqueue
 
 // asciiMarks drops the marks whose id cannot be a job's (job ids are ASCII).
 func asciiMarks(marks []store.JobEnqueued) []store.JobEnqueued {
-	return slices.DeleteFunc(slices.Clone(marks), func(m store.JobEnqueued) bool { return !asciiID(m.ID) })
+	return slices.DeleteFunc(slices.Clone(marks), func(m store.JobEnqueued) bool { return !sqlgen.ASCIIID(m.ID) })
 }
 
 // markEnqueuedStmt is the UPDATE of one chunk of marks: enqueued=1 and the stream id, where the
@@ -290,7 +287,7 @@ func markEnqueuedStmt(chunk []store.JobEnqueued) (string, []any) {
 		ids[i] = m.ID
 	}
 	q := "UPDATE orchestrator_jobs " + byKey + " SET enqueued = 1, stream_id = CASE job_id" +
-		streamCase.String() + " END WHERE job_id IN (" + placeholders(len(chunk)) +
+		streamCase.String() + " END WHERE job_id IN (" + sqlgen.Placeholders(len(chunk)) +
 		") AND status = ? AND enqueued = 0 AND attempts = CASE job_id" +
 		attemptsCase.String() + " END"
 	return q, slices.Concat(streamArgs, ids, []any{store.JobPending}, attemptArgs)

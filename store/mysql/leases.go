@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const leaseColumns = `token, agent_name, job_id, node_id, gpu_index, mode, memory_mb, exclusive,
@@ -25,7 +26,7 @@ func (e executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 		q.WriteString("INSERT INTO orchestrator_leases (" + leaseColumns + ") VALUES ")
 		args := make([]any, 0, 15*len(chunk))
 		for i, l := range chunk {
-			if !asciiID(l.Token) || !asciiID(l.JobID) {
+			if !sqlgen.ASCIIID(l.Token) || !sqlgen.ASCIIID(l.JobID) {
 				return fmt.Errorf("insert leases: token %q or job id %q is not ASCII", l.Token, l.JobID)
 			}
 			if i > 0 {
@@ -40,9 +41,9 @@ func (e executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 			if l.EndedAt != nil {
 				ended = dbTime(*l.EndedAt)
 			}
-			args = append(args, l.Token, l.Agent, nullString(l.JobID), l.NodeID, gpu, string(l.Mode),
+			args = append(args, l.Token, l.Agent, sqlgen.NullString(l.JobID), l.NodeID, gpu, string(l.Mode),
 				l.MemoryMB, l.Exclusive, l.TTL.Milliseconds(), string(l.Status), dbTime(l.CreatedAt),
-				dbTime(l.ExpiresAt), dbTime(l.LastHeartbeat), ended, jsonArg(l.Metadata))
+				dbTime(l.ExpiresAt), dbTime(l.LastHeartbeat), ended, sqlgen.JSONArg(l.Metadata))
 		}
 		if err := e.execBlind(ctx, "insert leases", q.String(), args); err != nil {
 			return fmt.Errorf("insert %d leases: %w", len(chunk), mapErr(err))
@@ -53,7 +54,7 @@ func (e executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 
 // LeaseGet returns one lease or store.ErrNotFound.
 func (e executor) LeaseGet(ctx context.Context, token string, forUpdate bool) (store.Lease, error) {
-	if !asciiID(token) {
+	if !sqlgen.ASCIIID(token) {
 		return store.Lease{}, fmt.Errorf("get lease: %w", store.ErrNotFound)
 	}
 	q := "SELECT " + leaseColumns + " FROM orchestrator_leases WHERE token = ?"
@@ -70,10 +71,10 @@ func (e executor) LeaseGet(ctx context.Context, token string, forUpdate bool) (s
 // LeaseGetMany returns the existing leases among tokens; with forUpdate they are locked in
 // token order, which keeps concurrent callers from deadlocking each other.
 func (e executor) LeaseGetMany(ctx context.Context, tokens []string, forUpdate bool) ([]store.Lease, error) {
-	tokens = distinctIDs(tokens)
+	tokens = sqlgen.DistinctIDs(tokens)
 	var out []store.Lease
 	for chunk := range slices.Chunk(tokens, batchChunk) {
-		got, err := e.queryLeases(ctx, selectLeasesByToken(len(chunk), forUpdate), anySlice(chunk)...)
+		got, err := e.queryLeases(ctx, selectLeasesByToken(len(chunk), forUpdate), sqlgen.Args(chunk)...)
 		if err != nil {
 			return nil, fmt.Errorf("get leases: %w", err)
 		}
@@ -84,14 +85,14 @@ func (e executor) LeaseGetMany(ctx context.Context, tokens []string, forUpdate b
 
 // selectLeasesByToken reads n leases by token in token order, locking them when forUpdate.
 func selectLeasesByToken(n int, forUpdate bool) string {
-	return "SELECT " + leaseColumns + " FROM orchestrator_leases WHERE token IN (" + placeholders(n) +
+	return "SELECT " + leaseColumns + " FROM orchestrator_leases WHERE token IN (" + sqlgen.Placeholders(n) +
 		") ORDER BY token" + lockClause(forUpdate)
 }
 
 // LockJobsAndLeases reads and locks jobs, then leases (store.Tx): one round trip, two result
 // sets, when each fits one statement.
 func (t *tx) LockJobsAndLeases(ctx context.Context, p store.LockParams) ([]store.Job, []store.Lease, error) {
-	ids, tokens, withPayload := distinctIDs(p.Jobs), distinctIDs(p.Leases), distinctIDs(p.Payloads)
+	ids, tokens, withPayload := sqlgen.DistinctIDs(p.Jobs), sqlgen.DistinctIDs(p.Leases), sqlgen.DistinctIDs(p.Payloads)
 	if len(ids) == 0 || len(tokens) == 0 || len(ids) > batchChunk || len(tokens) > batchChunk {
 		var jobs []store.Job
 		for chunk := range slices.Chunk(ids, batchChunk) {
@@ -106,7 +107,7 @@ func (t *tx) LockJobsAndLeases(ctx context.Context, p store.LockParams) ([]store
 		return jobs, leases, err
 	}
 	q, args := lockJobsByID(ids, withPayload)
-	rows, err := t.q.QueryContext(ctx, q+"; "+selectLeasesByToken(len(tokens), true), append(args, anySlice(tokens)...)...)
+	rows, err := t.q.QueryContext(ctx, q+"; "+selectLeasesByToken(len(tokens), true), append(args, sqlgen.Args(tokens)...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lock jobs and leases: %w", mapErr(err))
 	}
@@ -144,7 +145,7 @@ func (e executor) LeaseList(ctx context.Context, p store.LeaseListParams) ([]sto
 		add("node_id = ?", p.NodeID)
 	}
 	if p.JobID != "" {
-		if !asciiID(p.JobID) {
+		if !sqlgen.ASCIIID(p.JobID) {
 			return nil, nil
 		}
 		add("job_id = ?", p.JobID)
@@ -154,7 +155,7 @@ func (e executor) LeaseList(ctx context.Context, p store.LeaseListParams) ([]sto
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY created_at DESC, token DESC LIMIT ?"
-	args = append(args, clampLimit(p.Limit, listLimitDefault, listLimitMax))
+	args = append(args, sqlgen.ClampLimit(p.Limit, listLimitDefault, listLimitMax))
 	leases, err := e.queryLeases(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
@@ -177,7 +178,7 @@ func (e executor) LeaseSetStatusMany(ctx context.Context, us []store.LeaseStatus
 // LeaseHeartbeat extends the active, unexpired leases among tokens by their own TTL in one
 // UPDATE per 500 tokens, then reads the rows back.
 func (e executor) LeaseHeartbeat(ctx context.Context, tokens []string, now time.Time) ([]store.Lease, error) {
-	tokens = slices.DeleteFunc(slices.Clone(tokens), func(t string) bool { return t == "" || !asciiID(t) })
+	tokens = slices.DeleteFunc(slices.Clone(tokens), func(t string) bool { return t == "" || !sqlgen.ASCIIID(t) })
 	if len(tokens) == 0 {
 		return nil, nil
 	}
@@ -186,11 +187,11 @@ func (e executor) LeaseHeartbeat(ctx context.Context, tokens []string, now time.
 	at := dbTime(now)
 	for chunk := range slices.Chunk(tokens, batchChunk) {
 		args := []any{at, at}
-		args = append(args, anySlice(chunk)...)
+		args = append(args, sqlgen.Args(chunk)...)
 		args = append(args, string(store.LeaseActive), at)
 		_, err := e.q.ExecContext(ctx, `UPDATE orchestrator_leases `+byKey+`
 			SET expires_at = ? + INTERVAL ttl_ms * 1000 MICROSECOND, last_heartbeat = ?
-			WHERE token IN (`+placeholders(len(chunk))+`) AND status = ? AND expires_at > ?`, args...)
+			WHERE token IN (`+sqlgen.Placeholders(len(chunk))+`) AND status = ? AND expires_at > ?`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("heartbeat leases: %w", mapErr(err))
 		}
@@ -207,7 +208,7 @@ func (e executor) LeaseHeartbeat(ctx context.Context, tokens []string, now time.
 func (e executor) LeaseListExpired(ctx context.Context, now time.Time, limit int) ([]store.Lease, error) {
 	leases, err := e.queryLeases(ctx, "SELECT "+leaseColumns+` FROM orchestrator_leases
 		WHERE status = ? AND expires_at <= ? ORDER BY expires_at, token LIMIT ?`,
-		string(store.LeaseActive), dbTime(now), clampLimit(limit, dispatchLimitDefault, dispatchLimitMax))
+		string(store.LeaseActive), dbTime(now), sqlgen.ClampLimit(limit, dispatchLimitDefault, dispatchLimitMax))
 	if err != nil {
 		return nil, fmt.Errorf("list expired leases: %w", err)
 	}
@@ -249,6 +250,6 @@ func scanLease(row scanner) (store.Lease, error) {
 	if ended.Valid {
 		l.EndedAt = &ended.Time
 	}
-	l.Metadata = nilIfEmpty(metadata)
+	l.Metadata = sqlgen.NilIfEmpty(metadata)
 	return l, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 // Limits of maintenance statements. They are small on purpose: each statement locks at most
@@ -23,7 +24,7 @@ const (
 func (e executor) JobListDeadLetterUnpublished(ctx context.Context, limit int) ([]store.Job, error) {
 	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE status = ? AND enqueued = 0 ORDER BY available_at LIMIT ?`,
-		store.JobDeadLetter, clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
+		store.JobDeadLetter, sqlgen.ClampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {
 		return nil, fmt.Errorf("list unpublished dead letters: %w", err)
 	}
@@ -35,7 +36,7 @@ func (e executor) JobListDeadLetterUnpublished(ctx context.Context, limit int) (
 func (e executor) JobMarkDeadLetterPublished(ctx context.Context, marks []store.JobEnqueued, now time.Time) ([]string, error) {
 	var marked []string
 	for _, m := range marks {
-		if !asciiID(m.ID) {
+		if !sqlgen.ASCIIID(m.ID) {
 			continue
 		}
 		res, err := e.q.ExecContext(ctx, `UPDATE orchestrator_jobs SET enqueued = 1, stream_id = ?,
@@ -55,7 +56,7 @@ func (e executor) JobMarkDeadLetterPublished(ctx context.Context, marks []store.
 
 // JobMarkDeadLetterPurged marks a dead letter purged; see store.MaintenanceExecutor.
 func (e executor) JobMarkDeadLetterPurged(ctx context.Context, id string, now time.Time) error {
-	if !asciiID(id) {
+	if !sqlgen.ASCIIID(id) {
 		return fmt.Errorf("purge dead letter %q: %w", id, store.ErrNotFound)
 	}
 	res, err := e.q.ExecContext(ctx, `UPDATE orchestrator_jobs SET enqueued = 1, stream_id = ?,
@@ -83,7 +84,7 @@ func (e executor) JobListDeadLetters(ctx context.Context, p store.DeadLetterList
 		where, args = append(where, "type = ?"), append(args, p.Type)
 	}
 	if p.After != nil {
-		if !asciiID(p.After.ID) {
+		if !sqlgen.ASCIIID(p.After.ID) {
 			return nil, fmt.Errorf("list dead letters: cursor id %q is not ASCII", p.After.ID)
 		}
 		at := dbTime(p.After.CreatedAt)
@@ -92,7 +93,7 @@ func (e executor) JobListDeadLetters(ctx context.Context, p store.DeadLetterList
 	}
 	q := "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE " + strings.Join(where, " AND ") +
 		" ORDER BY created_at DESC, job_id DESC LIMIT ?"
-	args = append(args, clampLimit(p.Limit, listLimitDefault, listLimitMax))
+	args = append(args, sqlgen.ClampLimit(p.Limit, listLimitDefault, listLimitMax))
 	jobs, err := e.queryJobs(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
@@ -103,12 +104,12 @@ func (e executor) JobListDeadLetters(ctx context.Context, p store.DeadLetterList
 // JobScan walks one (type, status) in job_id order: the index (type, status) holds the primary
 // key, so the keyset is served by the index without sorting.
 func (e executor) JobScan(ctx context.Context, p store.JobScanParams) ([]store.Job, error) {
-	if !asciiID(p.AfterID) {
+	if !sqlgen.ASCIIID(p.AfterID) {
 		return nil, fmt.Errorf("scan jobs: cursor id %q is not ASCII", p.AfterID)
 	}
 	jobs, err := e.queryJobs(ctx, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE type = ? AND status = ? AND job_id > ? ORDER BY job_id LIMIT ?`,
-		p.Type, p.Status, p.AfterID, clampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax))
+		p.Type, p.Status, p.AfterID, sqlgen.ClampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {
 		return nil, fmt.Errorf("scan %s jobs of type %s: %w", p.Status, p.Type, err)
 	}
@@ -118,12 +119,12 @@ func (e executor) JobScan(ctx context.Context, p store.JobScanParams) ([]store.J
 // JobClearEnqueued clears enqueued on the jobs among ids that have status (see
 // store.MaintenanceExecutor), one UPDATE per 500 ids.
 func (e executor) JobClearEnqueued(ctx context.Context, status store.JobStatus, ids []string, now time.Time) (int, error) {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !asciiID(id) })
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !sqlgen.ASCIIID(id) })
 	total := 0
 	for chunk := range slices.Chunk(ids, batchChunk) {
-		args := slices.Concat([]any{dbTime(now)}, anySlice(chunk), []any{status, store.StreamIDPurged})
+		args := slices.Concat([]any{dbTime(now)}, sqlgen.Args(chunk), []any{status, store.StreamIDPurged})
 		res, err := e.q.ExecContext(ctx, `UPDATE orchestrator_jobs `+byKey+` SET enqueued = 0, updated_at = ?
-			WHERE job_id IN (`+placeholders(len(chunk))+`) AND status = ? AND enqueued = 1
+			WHERE job_id IN (`+sqlgen.Placeholders(len(chunk))+`) AND status = ? AND enqueued = 1
 			AND stream_id <> ?`, args...)
 		if err != nil {
 			return total, fmt.Errorf("clear enqueued flags: %w", mapErr(err))
@@ -153,8 +154,8 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 		cond, condArgs = append(cond, "type = ?"), append(condArgs, p.Type)
 	}
 	if len(p.ExceptTypes) > 0 {
-		cond = append(cond, "type NOT IN ("+placeholders(len(p.ExceptTypes))+")")
-		condArgs = append(condArgs, anySlice(p.ExceptTypes)...)
+		cond = append(cond, "type NOT IN ("+sqlgen.Placeholders(len(p.ExceptTypes))+")")
+		condArgs = append(condArgs, sqlgen.Args(p.ExceptTypes)...)
 	}
 	if p.PurgedOnly {
 		cond, condArgs = append(cond, "stream_id = ?"), append(condArgs, store.StreamIDPurged)
@@ -164,7 +165,7 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 	rows, err := e.q.QueryContext(ctx, `SELECT job_id FROM orchestrator_jobs
 		FORCE INDEX (idx_jobs_created) WHERE created_at < ? AND `+where+
 		` ORDER BY created_at, job_id LIMIT ?`,
-		slices.Concat([]any{before}, condArgs, []any{clampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax)})...)
+		slices.Concat([]any{before}, condArgs, []any{sqlgen.ClampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax)})...)
 	if err != nil {
 		return 0, fmt.Errorf("find %s jobs to delete: %w", p.Status, mapErr(err))
 	}
@@ -176,14 +177,14 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 		return 0, nil
 	}
 	return e.execCount(ctx, fmt.Sprintf("delete %d %s jobs", len(ids), p.Status), "DELETE FROM orchestrator_jobs WHERE job_id IN ("+
-		placeholders(len(ids))+") AND "+where, slices.Concat(anySlice(ids), condArgs)...)
+		sqlgen.Placeholders(len(ids))+") AND "+where, slices.Concat(sqlgen.Args(ids), condArgs)...)
 }
 
 // LeaseDeleteEnded implements store.MaintenanceExecutor: per ended status it finds the leases
 // through idx_leases_status_expires and deletes them by primary key, for the same reason as
 // JobDeleteTerminal.
 func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit int) (int, error) {
-	limit = clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax)
+	limit = sqlgen.ClampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax)
 	var tokens []string
 	for _, status := range []store.LeaseStatus{store.LeaseReleased, store.LeaseExpired} {
 		rows, err := e.q.QueryContext(ctx, `SELECT token FROM orchestrator_leases
@@ -204,14 +205,14 @@ func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit 
 		return 0, nil
 	}
 	return e.execCount(ctx, fmt.Sprintf("delete %d ended leases", len(tokens)), "DELETE FROM orchestrator_leases WHERE token IN ("+
-		placeholders(len(tokens))+") AND status <> ?", append(anySlice(tokens), string(store.LeaseActive))...)
+		sqlgen.Placeholders(len(tokens))+") AND status <> ?", append(sqlgen.Args(tokens), string(store.LeaseActive))...)
 }
 
 // AuditDeleteBefore finds the oldest rows through idx_audit_ts and deletes them by primary
 // key, for the same reason as JobDeleteTerminal.
 func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	rows, err := e.q.QueryContext(ctx, `SELECT id FROM orchestrator_audit WHERE ts < ?
-		ORDER BY ts, id LIMIT ?`, dbTime(before), clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
+		ORDER BY ts, id LIMIT ?`, dbTime(before), sqlgen.ClampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {
 		return 0, fmt.Errorf("find audit rows to delete: %w", mapErr(err))
 	}
@@ -223,7 +224,7 @@ func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit
 		return 0, nil
 	}
 	return e.execCount(ctx, fmt.Sprintf("delete %d audit rows", len(ids)),
-		"DELETE FROM orchestrator_audit WHERE id IN ("+placeholders(len(ids))+")", anySlice(ids)...)
+		"DELETE FROM orchestrator_audit WHERE id IN ("+sqlgen.Placeholders(len(ids))+")", sqlgen.Args(ids)...)
 }
 
 // scanColumn reads the single column of every row and closes rows.

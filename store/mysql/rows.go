@@ -3,9 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -25,7 +22,7 @@ func (e executor) queryJobs(ctx context.Context, q string, args ...any) ([]store
 // queryJobHolders reads the holders of ids (at most batchChunk of them).
 func (e executor) queryJobHolders(ctx context.Context, ids []string) ([]store.JobHolder, error) {
 	rows, err := e.q.QueryContext(ctx, "SELECT job_id, status, worker_id FROM orchestrator_jobs WHERE job_id IN ("+
-		placeholders(len(ids))+") ORDER BY job_id", anySlice(ids)...)
+		sqlgen.Placeholders(len(ids))+") ORDER BY job_id", sqlgen.Args(ids)...)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -39,15 +36,7 @@ func (e executor) queryJobHolders(ctx context.Context, ids []string) ([]store.Jo
 
 // execCount runs a write and returns how many rows it changed; what names it in errors.
 func (e executor) execCount(ctx context.Context, what, q string, args ...any) (int, error) {
-	res, err := e.q.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	return int(n), nil
+	return shared.ExecCount(ctx, e.q, what, q, args...)
 }
 
 // scanRows scans the rows of the current result set with scan.
@@ -84,8 +73,8 @@ func scanJob(row scanner) (store.Job, error) {
 		return store.Job{}, err
 	}
 	j.Status = store.JobStatus(status)
-	j.Payload = nilIfEmpty(payload)
-	j.Result = nilIfEmpty(resultRaw)
+	j.Payload = sqlgen.NilIfEmpty(payload)
+	j.Result = sqlgen.NilIfEmpty(resultRaw)
 	j.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	if started.Valid {
 		j.StartedAt = &started.Time
@@ -108,43 +97,6 @@ func nullTime(t time.Time) any {
 		return nil
 	}
 	return dbTime(t)
-}
-
-// jsonArg passes JSON as a string (a []byte would be sent as _binary'...'), nil as NULL.
-func jsonArg(raw json.RawMessage) any {
-	if len(raw) == 0 {
-		return nil
-	}
-	return string(raw)
-}
-
-func nilIfEmpty(raw []byte) json.RawMessage {
-	if len(raw) == 0 {
-		return nil
-	}
-	return raw
-}
-
-// asciiID: see sqlgen.ASCIIID.
-func asciiID(id string) bool { return sqlgen.ASCIIID(id) }
-
-func clampLimit(limit, def, maxLimit int) int {
-	if limit <= 0 {
-		return def
-	}
-	return min(limit, maxLimit)
-}
-
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-func anySlice[T any](s []T) []any {
-	out := make([]any, len(s))
-	for i, v := range s {
-		out[i] = v
-	}
-	return out
 }
 
 // byKey makes an UPDATE of rows listed by primary key find them by it (sqlgen.Encoding.ByKey):

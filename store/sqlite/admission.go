@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const admissionColumns = "agent, rate_per_sec, burst, max_pending, enabled, updated_at"
@@ -76,8 +77,8 @@ func (e executor) AdmissionPolicyDelete(ctx context.Context, agent string) error
 // the scan at limit rows (see store.AdmissionExecutor).
 func (e executor) JobCountUnfinished(ctx context.Context, agent string, limit int) (int, error) {
 	statuses := store.UnfinishedJobStatuses()
-	args := append([]any{agent}, anySlice(statuses)...)
-	inner := "SELECT 1 FROM orchestrator_jobs WHERE agent = ? AND status IN (" + placeholders(len(statuses)) + ")"
+	args := append([]any{agent}, sqlgen.Args(statuses)...)
+	inner := "SELECT 1 FROM orchestrator_jobs WHERE agent = ? AND status IN (" + sqlgen.Placeholders(len(statuses)) + ")"
 	if limit > 0 {
 		inner += " LIMIT ?"
 		args = append(args, limit)
@@ -92,35 +93,7 @@ func (e executor) JobCountUnfinished(ctx context.Context, agent string, limit in
 // JobCountPending counts the pending jobs of each of types over idx_jobs_type_status, less
 // those of excludeIDs.
 func (e executor) JobCountPending(ctx context.Context, types, excludeIDs []string) (map[string]int, error) {
-	out := make(map[string]int, len(types))
-	if len(types) == 0 {
-		return out, nil
-	}
-	args := append([]any{string(store.JobPending)}, anySlice(types)...)
-	q := `SELECT type, COUNT(*) FROM orchestrator_jobs WHERE status = ? AND type IN (` + placeholders(len(types)) + `)`
-	if ids := asciiIDs(excludeIDs); len(ids) > 0 {
-		q += ` AND job_id NOT IN (` + placeholders(len(ids)) + `)`
-		args = append(args, anySlice(ids)...)
-	}
-	rows, err := e.r.QueryContext(ctx, q+` GROUP BY type`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("count pending jobs: %w", mapErr(err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			typ string
-			n   int
-		)
-		if err := rows.Scan(&typ, &n); err != nil {
-			return nil, fmt.Errorf("count pending jobs: %w", err)
-		}
-		out[typ] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count pending jobs: %w", mapErr(err))
-	}
-	return out, nil
+	return shared.JobCountPending(ctx, e.r, types, excludeIDs)
 }
 
 func scanAdmissionPolicy(row scanner) (store.AdmissionPolicy, error) {
@@ -133,15 +106,4 @@ func scanAdmissionPolicy(row scanner) (store.AdmissionPolicy, error) {
 	}
 	p.UpdatedAt = updated.t
 	return p, nil
-}
-
-// asciiIDs keeps the ids that can exist (see asciiID).
-func asciiIDs(ids []string) []string {
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if asciiID(id) {
-			out = append(out, id)
-		}
-	}
-	return out
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 // AuditInsert appends the events with one multi-row INSERT per 500 rows. An empty JobID is
@@ -19,15 +20,15 @@ func (e executor) AuditInsert(ctx context.Context, events []store.AuditEvent) er
 			(ts, event_type, job_id, lease_token, pool_id, actor, details) VALUES `)
 		args := make([]any, 0, 7*len(chunk))
 		for i, ev := range chunk {
-			if !asciiID(ev.JobID) {
+			if !sqlgen.ASCIIID(ev.JobID) {
 				return fmt.Errorf("insert audit events: job id %q is not ASCII", ev.JobID)
 			}
 			if i > 0 {
 				q.WriteString(", ")
 			}
 			q.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, dbTime(ev.TS), ev.EventType, nullString(ev.JobID),
-				ev.LeaseToken, ev.PoolID, ev.Actor, jsonArg(ev.Details))
+			args = append(args, dbTime(ev.TS), ev.EventType, sqlgen.NullString(ev.JobID),
+				ev.LeaseToken, ev.PoolID, ev.Actor, sqlgen.JSONArg(ev.Details))
 		}
 		if _, err := e.w.ExecContext(ctx, q.String(), args...); err != nil {
 			return fmt.Errorf("insert audit events: %w", mapErr(err))
@@ -39,7 +40,7 @@ func (e executor) AuditInsert(ctx context.Context, events []store.AuditEvent) er
 // AuditList returns events with id > AfterID (of one job when JobID is set), in id order.
 // Limit is clamped to 1..1000 (default 100).
 func (e executor) AuditList(ctx context.Context, p store.AuditListParams) ([]store.AuditEvent, error) {
-	if !asciiID(p.JobID) {
+	if !sqlgen.ASCIIID(p.JobID) {
 		return nil, nil // no such job (see asciiID)
 	}
 	q := `SELECT id, ts, event_type, job_id, lease_token, pool_id, actor, details
@@ -50,7 +51,7 @@ func (e executor) AuditList(ctx context.Context, p store.AuditListParams) ([]sto
 		args = append(args, p.JobID)
 	}
 	q += " ORDER BY id LIMIT ?"
-	args = append(args, clampLimit(p.Limit, listLimitDefault, listLimitMax))
+	args = append(args, sqlgen.ClampLimit(p.Limit, listLimitDefault, listLimitMax))
 	rows, err := e.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit events: %w", mapErr(err))
@@ -70,7 +71,7 @@ func (e executor) AuditList(ctx context.Context, p store.AuditListParams) ([]sto
 		}
 		ev.TS = ts.t
 		ev.JobID = jobID.String
-		ev.Details = nilIfEmpty(details)
+		ev.Details = sqlgen.NilIfEmpty(details)
 		events = append(events, ev)
 	}
 	if err := rows.Err(); err != nil {

@@ -36,7 +36,7 @@ const jobColumnsAfterPayload = `status, attempts, max_attempts, available_at,
 // The read sees the existing row: writers are serialised, so it was committed before this
 // insert could run, or it was written earlier in the same transaction.
 func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store.Job, bool, error) {
-	if !asciiID(p.ID) {
+	if !sqlgen.ASCIIID(p.ID) {
 		return store.Job{}, false, fmt.Errorf("insert job %q: a job id must be ASCII", p.ID)
 	}
 	j := sqlgen.NewJob(p)
@@ -44,7 +44,7 @@ func (e executor) JobInsert(ctx context.Context, p store.JobInsertParams) (store
 		status, attempts, max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms,
 		created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)
 		ON CONFLICT (job_id) DO NOTHING`,
-		j.ID, j.Type, j.Agent, jsonArg(j.Payload), string(j.Status), j.MaxAttempts, dbTime(j.AvailableAt),
+		j.ID, j.Type, j.Agent, sqlgen.JSONArg(j.Payload), string(j.Status), j.MaxAttempts, dbTime(j.AvailableAt),
 		j.GPUMemoryMB, j.Timeout.Milliseconds(), dbTime(j.CreatedAt), dbTime(j.CreatedAt))
 	if err != nil {
 		return store.Job{}, false, fmt.Errorf("insert job %s: %w", p.ID, mapErr(err))
@@ -71,7 +71,7 @@ func (e executor) JobInsertMany(ctx context.Context, ps []store.JobInsertParams)
 
 // JobGet returns one job or store.ErrNotFound.
 func (e executor) JobGet(ctx context.Context, id string) (store.Job, error) {
-	if !asciiID(id) {
+	if !sqlgen.ASCIIID(id) {
 		return store.Job{}, fmt.Errorf("get job %q: %w", id, store.ErrNotFound)
 	}
 	j, err := scanJob(e.r.QueryRowContext(ctx,
@@ -86,7 +86,7 @@ func (e executor) JobGet(ctx context.Context, id string) (store.Job, error) {
 // chunk, without their payloads.
 func (e executor) JobHolders(ctx context.Context, ids []string) ([]store.JobHolder, error) {
 	var out []store.JobHolder
-	for chunk := range slices.Chunk(distinctIDs(ids), batchChunk) {
+	for chunk := range slices.Chunk(sqlgen.DistinctIDs(ids), batchChunk) {
 		got, err := queryJobHolders(ctx, e.r, chunk)
 		if err != nil {
 			return nil, fmt.Errorf("get job holders: %w", err)
@@ -104,10 +104,10 @@ func (e executor) JobGetMany(ctx context.Context, ids []string, _ bool) ([]store
 		return nil, nil
 	}
 	var jobs []store.Job
-	for chunk := range slices.Chunk(distinctIDs(ids), batchChunk) {
+	for chunk := range slices.Chunk(sqlgen.DistinctIDs(ids), batchChunk) {
 		q := "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE job_id IN (" +
-			placeholders(len(chunk)) + ") ORDER BY job_id"
-		got, err := queryJobs(ctx, e.r, q, anySlice(chunk)...)
+			sqlgen.Placeholders(len(chunk)) + ") ORDER BY job_id"
+		got, err := queryJobs(ctx, e.r, q, sqlgen.Args(chunk)...)
 		if err != nil {
 			return nil, fmt.Errorf("get jobs: %w", err)
 		}
@@ -133,7 +133,7 @@ func (e executor) JobList(ctx context.Context, p store.JobListParams) ([]store.J
 		where, args = append(where, "agent = ?"), append(args, p.Agent)
 	}
 	if p.After != nil {
-		if !asciiID(p.After.ID) {
+		if !sqlgen.ASCIIID(p.After.ID) {
 			return nil, fmt.Errorf("list jobs: cursor id %q is not ASCII", p.After.ID)
 		}
 		at := dbTime(p.After.CreatedAt)
@@ -145,7 +145,7 @@ func (e executor) JobList(ctx context.Context, p store.JobListParams) ([]store.J
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY created_at DESC, job_id DESC LIMIT ?"
-	args = append(args, clampLimit(p.Limit, listLimitDefault, listLimitMax))
+	args = append(args, sqlgen.ClampLimit(p.Limit, listLimitDefault, listLimitMax))
 	jobs, err := queryJobs(ctx, e.r, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -170,7 +170,7 @@ func (e executor) JobUpdateMany(ctx context.Context, us []store.JobUpdate) error
 
 // JobListDispatchable returns due, unpublished pending jobs, oldest available first.
 func (e executor) JobListDispatchable(ctx context.Context, p store.DispatchParams) ([]store.Job, error) {
-	q, args := shared.Dispatchable(p, clampLimit(p.Limit, dispatchLimitDefault, dispatchLimitMax))
+	q, args := shared.Dispatchable(p, sqlgen.ClampLimit(p.Limit, dispatchLimitDefault, dispatchLimitMax))
 	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dispatchable jobs: %w", err)
@@ -189,7 +189,7 @@ func (e executor) JobMarkPublished(ctx context.Context, marks []store.JobEnqueue
 // not enqueued, same attempts), with one UPDATE per 500 marks joined to the marks as a VALUES
 // list. When an id appears twice in a chunk the first mark wins, as with the MariaDB driver.
 func (e executor) JobMarkEnqueued(ctx context.Context, marks []store.JobEnqueued) (int, error) {
-	marks = slices.DeleteFunc(slices.Clone(marks), func(m store.JobEnqueued) bool { return !asciiID(m.ID) })
+	marks = slices.DeleteFunc(slices.Clone(marks), func(m store.JobEnqueued) bool { return !sqlgen.ASCIIID(m.ID) })
 	total := 0
 	for chunk := range slices.Chunk(marks, batchChunk) {
 		var (

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 const leaseColumns = `token, agent_name, job_id, node_id, gpu_index, mode, memory_mb, exclusive,
@@ -22,7 +23,7 @@ func (e executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 		q.WriteString("INSERT INTO orchestrator_leases (" + leaseColumns + ") VALUES ")
 		args := make([]any, 0, 15*len(chunk))
 		for i, l := range chunk {
-			if !asciiID(l.Token) || !asciiID(l.JobID) {
+			if !sqlgen.ASCIIID(l.Token) || !sqlgen.ASCIIID(l.JobID) {
 				return fmt.Errorf("insert leases: token %q or job id %q is not ASCII", l.Token, l.JobID)
 			}
 			if i > 0 {
@@ -37,9 +38,9 @@ func (e executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 			if l.EndedAt != nil {
 				ended = nullTime(*l.EndedAt)
 			}
-			args = append(args, l.Token, l.Agent, nullString(l.JobID), l.NodeID, gpu, string(l.Mode),
+			args = append(args, l.Token, l.Agent, sqlgen.NullString(l.JobID), l.NodeID, gpu, string(l.Mode),
 				l.MemoryMB, l.Exclusive, l.TTL.Milliseconds(), string(l.Status), dbTime(l.CreatedAt),
-				dbTime(l.ExpiresAt), dbTime(l.LastHeartbeat), ended, jsonArg(l.Metadata))
+				dbTime(l.ExpiresAt), dbTime(l.LastHeartbeat), ended, sqlgen.JSONArg(l.Metadata))
 		}
 		if _, err := e.w.ExecContext(ctx, q.String(), args...); err != nil {
 			return fmt.Errorf("insert %d leases: %w", len(chunk), mapErr(err))
@@ -50,7 +51,7 @@ func (e executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 
 // LeaseGet returns one lease or store.ErrNotFound. forUpdate needs no lock (see JobGetMany).
 func (e executor) LeaseGet(ctx context.Context, token string, _ bool) (store.Lease, error) {
-	if !asciiID(token) {
+	if !sqlgen.ASCIIID(token) {
 		return store.Lease{}, fmt.Errorf("get lease: %w", store.ErrNotFound)
 	}
 	l, err := scanLease(e.r.QueryRowContext(ctx,
@@ -64,14 +65,14 @@ func (e executor) LeaseGet(ctx context.Context, token string, _ bool) (store.Lea
 // LeaseGetMany returns the existing leases among tokens, in token order per chunk. forUpdate
 // needs no lock (see JobGetMany).
 func (e executor) LeaseGetMany(ctx context.Context, tokens []string, _ bool) ([]store.Lease, error) {
-	tokens = distinctIDs(tokens)
+	tokens = sqlgen.DistinctIDs(tokens)
 	if len(tokens) == 0 {
 		return nil, nil
 	}
 	var out []store.Lease
 	for chunk := range slices.Chunk(tokens, batchChunk) {
 		got, err := queryLeases(ctx, e.r, "SELECT "+leaseColumns+" FROM orchestrator_leases WHERE token IN ("+
-			placeholders(len(chunk))+") ORDER BY token", anySlice(chunk)...)
+			sqlgen.Placeholders(len(chunk))+") ORDER BY token", sqlgen.Args(chunk)...)
 		if err != nil {
 			return nil, fmt.Errorf("get leases: %w", err)
 		}
@@ -99,7 +100,7 @@ func (e executor) LeaseList(ctx context.Context, p store.LeaseListParams) ([]sto
 		add("node_id = ?", p.NodeID)
 	}
 	if p.JobID != "" {
-		if !asciiID(p.JobID) {
+		if !sqlgen.ASCIIID(p.JobID) {
 			return nil, nil
 		}
 		add("job_id = ?", p.JobID)
@@ -109,7 +110,7 @@ func (e executor) LeaseList(ctx context.Context, p store.LeaseListParams) ([]sto
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY created_at DESC, token DESC LIMIT ?"
-	args = append(args, clampLimit(p.Limit, listLimitDefault, listLimitMax))
+	args = append(args, sqlgen.ClampLimit(p.Limit, listLimitDefault, listLimitMax))
 	leases, err := queryLeases(ctx, e.r, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
@@ -133,16 +134,16 @@ func (e executor) LeaseSetStatusMany(ctx context.Context, us []store.LeaseStatus
 // UPDATE per 500 tokens (times are microseconds, so now + TTL is arithmetic), then reads the
 // rows back.
 func (e executor) LeaseHeartbeat(ctx context.Context, tokens []string, now time.Time) ([]store.Lease, error) {
-	tokens = distinctIDs(tokens)
+	tokens = sqlgen.DistinctIDs(tokens)
 	if len(tokens) == 0 {
 		return nil, nil
 	}
 	at := dbTime(now)
 	for chunk := range slices.Chunk(tokens, batchChunk) {
-		args := slices.Concat([]any{at, at}, anySlice(chunk), []any{string(store.LeaseActive), at})
+		args := slices.Concat([]any{at, at}, sqlgen.Args(chunk), []any{string(store.LeaseActive), at})
 		_, err := e.w.ExecContext(ctx, `UPDATE orchestrator_leases
 			SET expires_at = ? + ttl_ms * 1000, last_heartbeat = ?
-			WHERE token IN (`+placeholders(len(chunk))+`) AND status = ? AND expires_at > ?`, args...)
+			WHERE token IN (`+sqlgen.Placeholders(len(chunk))+`) AND status = ? AND expires_at > ?`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("heartbeat leases: %w", mapErr(err))
 		}
@@ -152,7 +153,7 @@ func (e executor) LeaseHeartbeat(ctx context.Context, tokens []string, now time.
 	var out []store.Lease
 	for chunk := range slices.Chunk(tokens, batchChunk) {
 		got, err := queryLeases(ctx, e.w, "SELECT "+leaseColumns+" FROM orchestrator_leases WHERE token IN ("+
-			placeholders(len(chunk))+") ORDER BY token", anySlice(chunk)...)
+			sqlgen.Placeholders(len(chunk))+") ORDER BY token", sqlgen.Args(chunk)...)
 		if err != nil {
 			return nil, fmt.Errorf("heartbeat leases: %w", err)
 		}
@@ -166,7 +167,7 @@ func (e executor) LeaseHeartbeat(ctx context.Context, tokens []string, now time.
 func (e executor) LeaseListExpired(ctx context.Context, now time.Time, limit int) ([]store.Lease, error) {
 	leases, err := queryLeases(ctx, e.r, "SELECT "+leaseColumns+` FROM orchestrator_leases
 		WHERE status = ? AND expires_at <= ? ORDER BY expires_at, token LIMIT ?`,
-		string(store.LeaseActive), dbTime(now), clampLimit(limit, dispatchLimitDefault, dispatchLimitMax))
+		string(store.LeaseActive), dbTime(now), sqlgen.ClampLimit(limit, dispatchLimitDefault, dispatchLimitMax))
 	if err != nil {
 		return nil, fmt.Errorf("list expired leases: %w", err)
 	}
@@ -218,6 +219,6 @@ func scanLease(row scanner) (store.Lease, error) {
 	l.TTL = time.Duration(ttlMS) * time.Millisecond
 	l.CreatedAt, l.ExpiresAt, l.LastHeartbeat = created.t, expires.t, heartbeat.t
 	l.EndedAt = ended.ptr()
-	l.Metadata = nilIfEmpty(metadata)
+	l.Metadata = sqlgen.NilIfEmpty(metadata)
 	return l, nil
 }

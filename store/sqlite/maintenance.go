@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 // Limits of maintenance statements, as in the MariaDB driver. Here they bound how long one
@@ -22,7 +23,7 @@ const (
 func (e executor) JobListDeadLetterUnpublished(ctx context.Context, limit int) ([]store.Job, error) {
 	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE status = ? AND enqueued = 0 ORDER BY available_at LIMIT ?`,
-		string(store.JobDeadLetter), clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
+		string(store.JobDeadLetter), sqlgen.ClampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {
 		return nil, fmt.Errorf("list unpublished dead letters: %w", err)
 	}
@@ -34,7 +35,7 @@ func (e executor) JobListDeadLetterUnpublished(ctx context.Context, limit int) (
 func (e executor) JobMarkDeadLetterPublished(ctx context.Context, marks []store.JobEnqueued, now time.Time) ([]string, error) {
 	var marked []string
 	for _, m := range marks {
-		if !asciiID(m.ID) {
+		if !sqlgen.ASCIIID(m.ID) {
 			continue
 		}
 		res, err := e.w.ExecContext(ctx, `UPDATE orchestrator_jobs SET enqueued = 1, stream_id = ?,
@@ -54,7 +55,7 @@ func (e executor) JobMarkDeadLetterPublished(ctx context.Context, marks []store.
 
 // JobMarkDeadLetterPurged marks a dead letter purged; see store.MaintenanceExecutor.
 func (e executor) JobMarkDeadLetterPurged(ctx context.Context, id string, now time.Time) error {
-	if !asciiID(id) {
+	if !sqlgen.ASCIIID(id) {
 		return fmt.Errorf("purge dead letter %q: %w", id, store.ErrNotFound)
 	}
 	res, err := e.w.ExecContext(ctx, `UPDATE orchestrator_jobs SET enqueued = 1, stream_id = ?,
@@ -83,7 +84,7 @@ func (e executor) JobListDeadLetters(ctx context.Context, p store.DeadLetterList
 		where, args = append(where, "type = ?"), append(args, p.Type)
 	}
 	if p.After != nil {
-		if !asciiID(p.After.ID) {
+		if !sqlgen.ASCIIID(p.After.ID) {
 			return nil, fmt.Errorf("list dead letters: cursor id %q is not ASCII", p.After.ID)
 		}
 		at := dbTime(p.After.CreatedAt)
@@ -92,7 +93,7 @@ func (e executor) JobListDeadLetters(ctx context.Context, p store.DeadLetterList
 	}
 	q := "SELECT " + jobColumns + " FROM orchestrator_jobs WHERE " + strings.Join(where, " AND ") +
 		" ORDER BY created_at DESC, job_id DESC LIMIT ?"
-	args = append(args, clampLimit(p.Limit, listLimitDefault, listLimitMax))
+	args = append(args, sqlgen.ClampLimit(p.Limit, listLimitDefault, listLimitMax))
 	jobs, err := queryJobs(ctx, e.r, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
@@ -103,12 +104,12 @@ func (e executor) JobListDeadLetters(ctx context.Context, p store.DeadLetterList
 // JobScan walks one (type, status) in job_id order: the index (type, status) holds the rowid,
 // not job_id, so SQLite may sort, but the limit keeps each page small.
 func (e executor) JobScan(ctx context.Context, p store.JobScanParams) ([]store.Job, error) {
-	if !asciiID(p.AfterID) {
+	if !sqlgen.ASCIIID(p.AfterID) {
 		return nil, fmt.Errorf("scan jobs: cursor id %q is not ASCII", p.AfterID)
 	}
 	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE type = ? AND status = ? AND job_id > ? ORDER BY job_id LIMIT ?`,
-		p.Type, string(p.Status), p.AfterID, clampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax))
+		p.Type, string(p.Status), p.AfterID, sqlgen.ClampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax))
 	if err != nil {
 		return nil, fmt.Errorf("scan %s jobs of type %s: %w", p.Status, p.Type, err)
 	}
@@ -118,12 +119,12 @@ func (e executor) JobScan(ctx context.Context, p store.JobScanParams) ([]store.J
 // JobClearEnqueued clears enqueued on the jobs among ids that have the status and are not
 // purged dead letters; see store.MaintenanceExecutor.
 func (e executor) JobClearEnqueued(ctx context.Context, status store.JobStatus, ids []string, now time.Time) (int, error) {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !asciiID(id) })
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !sqlgen.ASCIIID(id) })
 	total := 0
 	for chunk := range slices.Chunk(ids, batchChunk) {
-		args := slices.Concat([]any{dbTime(now)}, anySlice(chunk), []any{string(status), store.StreamIDPurged})
+		args := slices.Concat([]any{dbTime(now)}, sqlgen.Args(chunk), []any{string(status), store.StreamIDPurged})
 		res, err := e.w.ExecContext(ctx, `UPDATE orchestrator_jobs SET enqueued = 0, updated_at = ?
-			WHERE job_id IN (`+placeholders(len(chunk))+`) AND status = ? AND enqueued = 1
+			WHERE job_id IN (`+sqlgen.Placeholders(len(chunk))+`) AND status = ? AND enqueued = 1
 			AND stream_id <> ?`, args...)
 		if err != nil {
 			return total, fmt.Errorf("clear enqueued flags: %w", mapErr(err))
@@ -151,8 +152,8 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 		cond, args = append(cond, "type = ?"), append(args, p.Type)
 	}
 	if len(p.ExceptTypes) > 0 {
-		cond = append(cond, "type NOT IN ("+placeholders(len(p.ExceptTypes))+")")
-		args = append(args, anySlice(p.ExceptTypes)...)
+		cond = append(cond, "type NOT IN ("+sqlgen.Placeholders(len(p.ExceptTypes))+")")
+		args = append(args, sqlgen.Args(p.ExceptTypes)...)
 	}
 	if p.PurgedOnly {
 		cond, args = append(cond, "stream_id = ?"), append(args, store.StreamIDPurged)
@@ -160,7 +161,7 @@ func (e executor) JobDeleteTerminal(ctx context.Context, p store.JobDeleteParams
 	// created_at <= finished_at, so created_at < before only narrows the index range.
 	q := `DELETE FROM orchestrator_jobs WHERE job_id IN (SELECT job_id FROM orchestrator_jobs
 		WHERE created_at < ? AND ` + strings.Join(cond, " AND ") + ` ORDER BY created_at, job_id LIMIT ?)`
-	args = slices.Concat([]any{before}, args, []any{clampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax)})
+	args = slices.Concat([]any{before}, args, []any{sqlgen.ClampLimit(p.Limit, maintenanceLimitDefault, maintenanceLimitMax)})
 	return e.execCount(ctx, fmt.Sprintf("delete %s jobs", p.Status), q, args...)
 }
 
@@ -171,7 +172,7 @@ func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit 
 		SELECT token FROM orchestrator_leases WHERE status IN (?, ?) AND expires_at < ? AND ended_at < ?
 		ORDER BY expires_at LIMIT ?)`,
 		string(store.LeaseReleased), string(store.LeaseExpired), dbTime(before), dbTime(before),
-		clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
+		sqlgen.ClampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
 }
 
 // AuditDeleteBefore deletes up to limit audit rows older than before, oldest first (through
@@ -179,5 +180,5 @@ func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit 
 func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	return e.execCount(ctx, "delete audit rows", `DELETE FROM orchestrator_audit WHERE id IN (
 		SELECT id FROM orchestrator_audit WHERE ts < ? ORDER BY ts, id LIMIT ?)`,
-		dbTime(before), clampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
+		dbTime(before), sqlgen.ClampLimit(limit, maintenanceLimitDefault, maintenanceLimitMax))
 }

@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -17,15 +15,15 @@ const poolColumns = `pool_id, agent_name, model_id, adapter, variant, job_types,
 
 // PoolInsert inserts a new pool; an existing pool_id is store.ErrConflict.
 func (e executor) PoolInsert(ctx context.Context, p store.Pool) error {
-	if !asciiID(p.ID) {
+	if !sqlgen.ASCIIID(p.ID) {
 		return fmt.Errorf("insert pool: pool id %q is not ASCII", p.ID)
 	}
 	_, err := e.w.ExecContext(ctx, "INSERT INTO worker_pools ("+poolColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		p.ID, p.Agent, p.ModelID, p.Adapter, p.Variant, typesJSON(p.Types), p.DesiredWorkers,
+		p.ID, p.Agent, p.ModelID, p.Adapter, p.Variant, sqlgen.TypesJSON(p.Types), p.DesiredWorkers,
 		p.SpawnedWorkers, string(p.Status), sqlgen.TruncateUTF8(p.StatusReason, 255), dbTime(p.StatusChangedAt),
 		p.HoldSeconds, dbTime(p.CreatedAt), dbTime(p.UpdatedAt), dbTime(p.StartedAt),
-		nullTimePtr(p.LastHeartbeat), nullTimePtr(p.LastActivityAt), jsonArg(p.Metadata))
+		nullTimePtr(p.LastHeartbeat), nullTimePtr(p.LastActivityAt), sqlgen.JSONArg(p.Metadata))
 	if err != nil {
 		return fmt.Errorf("insert pool %s: %w", p.ID, mapErr(err))
 	}
@@ -34,7 +32,7 @@ func (e executor) PoolInsert(ctx context.Context, p store.Pool) error {
 
 // PoolGet returns one pool or store.ErrNotFound. forUpdate needs no lock (see JobGetMany).
 func (e executor) PoolGet(ctx context.Context, id string, _ bool) (store.Pool, error) {
-	if !asciiID(id) {
+	if !sqlgen.ASCIIID(id) {
 		return store.Pool{}, fmt.Errorf("get pool %s: %w", id, store.ErrNotFound)
 	}
 	p, err := scanPool(e.r.QueryRowContext(ctx, "SELECT "+poolColumns+" FROM worker_pools WHERE pool_id = ?", id))
@@ -52,7 +50,7 @@ func (e executor) PoolList(ctx context.Context, statuses ...store.PoolStatus) ([
 		args[i] = string(s)
 	}
 	if len(statuses) > 0 {
-		q += " WHERE status IN (" + placeholders(len(statuses)) + ")"
+		q += " WHERE status IN (" + sqlgen.Placeholders(len(statuses)) + ")"
 	}
 	rows, err := e.r.QueryContext(ctx, q+" ORDER BY pool_id", args...)
 	if err != nil {
@@ -75,45 +73,12 @@ func (e executor) PoolList(ctx context.Context, statuses ...store.PoolStatus) ([
 
 // PoolUpdate is one UPDATE guarded by the current status.
 func (e executor) PoolUpdate(ctx context.Context, u store.PoolUpdate) error {
-	if !asciiID(u.ID) {
-		return fmt.Errorf("update pool %s: %w", u.ID, store.ErrNotFound)
-	}
-	now := dbTime(u.Now)
-	sets := []string{"status = ?", "updated_at = ?"}
-	args := []any{string(u.To), now}
-	set := func(col string, v any) { sets, args = append(sets, col+" = ?"), append(args, v) }
-	if u.To != u.From {
-		set("status_changed_at", now)
-	}
-	if u.StatusReason != nil {
-		set("status_reason", sqlgen.TruncateUTF8(*u.StatusReason, 255))
-	}
-	if s := u.Spec; s != nil {
-		set("agent_name", s.Agent)
-		set("model_id", s.ModelID)
-		set("adapter", s.Adapter)
-		set("variant", s.Variant)
-		set("job_types", typesJSON(s.Types))
-		set("desired_workers", s.DesiredWorkers)
-		set("hold_seconds", s.HoldSeconds)
-		set("metadata", jsonArg(s.Metadata))
-	}
-	if u.SpawnedWorkers != nil {
-		set("spawned_workers", *u.SpawnedWorkers)
-	}
-	if u.StartedAt != nil {
-		set("started_at", dbTime(*u.StartedAt))
-	}
-	args = append(args, u.ID, string(u.From))
-	what := fmt.Sprintf("update pool %s from %s to %s", u.ID, u.From, u.To)
-	return shared.CompareAndSet(ctx, e.w, what, sqlgen.Statement{SQL: "UPDATE worker_pools SET " +
-		strings.Join(sets, ", ") + " WHERE pool_id = ? AND status = ?", Args: args},
-		"SELECT 1 FROM worker_pools WHERE pool_id = ?", u.ID)
+	return shared.PoolUpdate(ctx, e.w, u)
 }
 
 // PoolTouch moves last_heartbeat or last_activity_at forward to now.
 func (e executor) PoolTouch(ctx context.Context, id string, heartbeat bool, now time.Time) error {
-	if !asciiID(id) {
+	if !sqlgen.ASCIIID(id) {
 		return fmt.Errorf("touch pool %s: %w", id, store.ErrNotFound)
 	}
 	col := "last_activity_at"
@@ -138,7 +103,7 @@ func (e executor) PoolTouch(ctx context.Context, id string, heartbeat bool, now 
 func (e executor) JobListInFlightByPool(ctx context.Context, poolID string, limit int) ([]store.Job, error) {
 	jobs, err := queryJobs(ctx, e.r, "SELECT "+jobColumnsNoPayload+` FROM orchestrator_jobs
 		WHERE owner_pool = ? AND status IN (?, ?) ORDER BY job_id LIMIT ?`, poolID,
-		string(store.JobClaimed), string(store.JobRunning), clampLimit(limit, listLimitDefault, dispatchLimitMax))
+		string(store.JobClaimed), string(store.JobRunning), sqlgen.ClampLimit(limit, listLimitDefault, dispatchLimitMax))
 	if err != nil {
 		return nil, fmt.Errorf("list jobs in flight of pool %s: %w", poolID, err)
 	}
@@ -160,33 +125,13 @@ func scanPool(row scanner) (store.Pool, error) {
 		return store.Pool{}, err
 	}
 	p.Status = store.PoolStatus(status)
-	if p.Types, err = parseTypes(types); err != nil {
+	if p.Types, err = sqlgen.ParseTypes(types); err != nil {
 		return store.Pool{}, fmt.Errorf("pool %s: %w", p.ID, err)
 	}
 	p.StatusChangedAt, p.CreatedAt, p.UpdatedAt, p.StartedAt = changed.t, created.t, updated.t, start.t
 	p.LastHeartbeat, p.LastActivityAt = heartbeat.ptr(), active.ptr()
-	p.Metadata = nilIfEmpty(meta)
+	p.Metadata = sqlgen.NilIfEmpty(meta)
 	return p, nil
-}
-
-// typesJSON stores a list of job types as a JSON array (never null).
-func typesJSON(types []string) string {
-	if types == nil {
-		types = []string{}
-	}
-	b, _ := json.Marshal(types) // a []string always marshals
-	return string(b)
-}
-
-func parseTypes(raw []byte) ([]string, error) {
-	var types []string
-	if err := json.Unmarshal(raw, &types); err != nil {
-		return nil, fmt.Errorf("decode job types: %w", err)
-	}
-	if types == nil {
-		types = []string{}
-	}
-	return types, nil
 }
 
 func nullTimePtr(t *time.Time) any {

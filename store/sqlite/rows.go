@@ -3,9 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -14,21 +12,13 @@ import (
 
 // execCount runs a write and returns how many rows it changed; what names it in errors.
 func (e executor) execCount(ctx context.Context, what, q string, args ...any) (int, error) {
-	res, err := e.w.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	return int(n), nil
+	return shared.ExecCount(ctx, e.w, what, q, args...)
 }
 
 // queryJobHolders reads the holders of ids (at most batchChunk of them).
 func queryJobHolders(ctx context.Context, q querier, ids []string) ([]store.JobHolder, error) {
 	rows, err := q.QueryContext(ctx, "SELECT job_id, status, worker_id FROM orchestrator_jobs WHERE job_id IN ("+
-		placeholders(len(ids))+") ORDER BY job_id", anySlice(ids)...)
+		sqlgen.Placeholders(len(ids))+") ORDER BY job_id", sqlgen.Args(ids)...)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -87,8 +77,8 @@ func scanJob(row scanner) (store.Job, error) {
 		return store.Job{}, err
 	}
 	j.Status = store.JobStatus(status)
-	j.Payload = nilIfEmpty(payload)
-	j.Result = nilIfEmpty(resultRaw)
+	j.Payload = sqlgen.NilIfEmpty(payload)
+	j.Result = sqlgen.NilIfEmpty(resultRaw)
 	j.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	j.AvailableAt, j.CreatedAt, j.UpdatedAt = available.t, created.t, updated.t
 	j.StartedAt, j.FinishedAt = started.ptr(), finished.ptr()
@@ -141,53 +131,6 @@ func nullTime(t time.Time) any {
 		return nil
 	}
 	return dbTime(t)
-}
-
-// jsonArg passes JSON as TEXT, nil as NULL.
-func jsonArg(raw json.RawMessage) any {
-	if len(raw) == 0 {
-		return nil
-	}
-	return string(raw)
-}
-
-func nilIfEmpty(raw []byte) json.RawMessage {
-	if len(raw) == 0 {
-		return nil
-	}
-	return raw
-}
-
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-// asciiID: see sqlgen.ASCIIID.
-func asciiID(id string) bool { return sqlgen.ASCIIID(id) }
-
-// distinctIDs: see sqlgen.DistinctIDs.
-func distinctIDs(ids []string) []string { return sqlgen.DistinctIDs(ids) }
-
-func clampLimit(limit, def, maxLimit int) int {
-	if limit <= 0 {
-		return def
-	}
-	return min(limit, maxLimit)
-}
-
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-func anySlice[T any](s []T) []any {
-	out := make([]any, len(s))
-	for i, v := range s {
-		out[i] = v
-	}
-	return out
 }
 
 // querier is what *sql.DB and *sql.Tx have in common.

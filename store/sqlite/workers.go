@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -16,7 +15,7 @@ const workerColumns = `worker_id, pool_id, node_id, hostname, pid, job_types, co
 
 // WorkerUpsert inserts a worker or replaces every column of the existing row.
 func (e executor) WorkerUpsert(ctx context.Context, w store.Worker) error {
-	if !asciiID(w.ID) || !asciiID(w.PoolID) {
+	if !sqlgen.ASCIIID(w.ID) || !sqlgen.ASCIIID(w.PoolID) {
 		return fmt.Errorf("register worker: worker id %q or pool id %q is not ASCII", w.ID, w.PoolID)
 	}
 	_, err := e.w.ExecContext(ctx, "INSERT INTO workers ("+workerColumns+`)
@@ -28,8 +27,8 @@ func (e executor) WorkerUpsert(ctx context.Context, w store.Worker) error {
 			jobs_claimed = excluded.jobs_claimed, telemetry = excluded.telemetry,
 			registered_at = excluded.registered_at, last_heartbeat = excluded.last_heartbeat,
 			last_active_at = excluded.last_active_at`,
-		w.ID, w.PoolID, w.NodeID, sqlgen.TruncateUTF8(w.Hostname, 255), w.PID, typesJSON(w.Types), w.Concurrency,
-		string(w.Status), string(w.Instruction), w.InFlight, w.JobsClaimed, jsonArg(w.Telemetry),
+		w.ID, w.PoolID, w.NodeID, sqlgen.TruncateUTF8(w.Hostname, 255), w.PID, sqlgen.TypesJSON(w.Types), w.Concurrency,
+		string(w.Status), string(w.Instruction), w.InFlight, w.JobsClaimed, sqlgen.JSONArg(w.Telemetry),
 		dbTime(w.RegisteredAt), dbTime(w.LastHeartbeat), nullTimePtr(w.LastActiveAt))
 	if err != nil {
 		return fmt.Errorf("register worker %s: %w", w.ID, mapErr(err))
@@ -39,7 +38,7 @@ func (e executor) WorkerUpsert(ctx context.Context, w store.Worker) error {
 
 // WorkerGet returns one worker or store.ErrNotFound. forUpdate needs no lock (see JobGetMany).
 func (e executor) WorkerGet(ctx context.Context, id string, _ bool) (store.Worker, error) {
-	if !asciiID(id) {
+	if !sqlgen.ASCIIID(id) {
 		return store.Worker{}, fmt.Errorf("get worker %s: %w", id, store.ErrNotFound)
 	}
 	w, err := scanWorker(e.r.QueryRowContext(ctx, "SELECT "+workerColumns+" FROM workers WHERE worker_id = ?", id))
@@ -53,7 +52,7 @@ func (e executor) WorkerGet(ctx context.Context, id string, _ bool) (store.Worke
 func (e executor) WorkerList(ctx context.Context, poolID string, all bool) ([]store.Worker, error) {
 	q, args := "SELECT "+workerColumns+" FROM workers", []any{}
 	if !all {
-		if !asciiID(poolID) {
+		if !sqlgen.ASCIIID(poolID) {
 			return nil, nil
 		}
 		q, args = q+" WHERE pool_id = ?", append(args, poolID)
@@ -79,62 +78,19 @@ func (e executor) WorkerList(ctx context.Context, poolID string, all bool) ([]st
 
 // WorkerUpdate writes the given columns of one worker.
 func (e executor) WorkerUpdate(ctx context.Context, u store.WorkerUpdate) error {
-	if !asciiID(u.ID) {
-		return fmt.Errorf("update worker %s: %w", u.ID, store.ErrNotFound)
-	}
-	var (
-		sets []string
-		args []any
-	)
-	set := func(col string, v any) { sets, args = append(sets, col+" = ?"), append(args, v) }
-	if u.Status != nil {
-		set("status", string(*u.Status))
-	}
-	if u.Instruction != nil {
-		set("instruction", string(*u.Instruction))
-	}
-	if u.InFlight != nil {
-		set("in_flight", *u.InFlight)
-	}
-	if u.JobsClaimed != nil {
-		set("jobs_claimed", *u.JobsClaimed)
-	}
-	if u.Telemetry != nil {
-		set("telemetry", jsonArg(u.Telemetry))
-	}
-	if u.LastHeartbeat != nil {
-		set("last_heartbeat", dbTime(*u.LastHeartbeat))
-	}
-	if u.LastActiveAt != nil {
-		set("last_active_at", dbTime(*u.LastActiveAt))
-	}
-	if len(sets) == 0 {
-		sets = append(sets, "worker_id = worker_id")
-	}
-	what := "update worker " + u.ID
-	res, err := e.w.ExecContext(ctx, "UPDATE workers SET "+strings.Join(sets, ", ")+" WHERE worker_id = ?",
-		append(args, u.ID)...)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	} else if n == 0 {
-		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
-	}
-	return nil
+	return shared.WorkerUpdate(ctx, e.w, u)
 }
 
 // WorkerMarkOffline marks the matching workers offline in one UPDATE … RETURNING.
 func (e executor) WorkerMarkOffline(ctx context.Context, p store.WorkerOfflineParams) ([]string, error) {
-	p.IDs = slices.DeleteFunc(slices.Clone(p.IDs), func(id string) bool { return !asciiID(id) })
+	p.IDs = slices.DeleteFunc(slices.Clone(p.IDs), func(id string) bool { return !sqlgen.ASCIIID(id) })
 	if len(p.IDs) == 0 {
 		return nil, nil
 	}
 	cond := "status <> ? AND last_heartbeat < ?"
 	args := []any{string(store.WorkerOffline), string(store.WorkerOffline), dbTime(p.HeartbeatBefore)}
-	cond += " AND worker_id IN (" + placeholders(len(p.IDs)) + ")"
-	args = append(args, anySlice(p.IDs)...)
+	cond += " AND worker_id IN (" + sqlgen.Placeholders(len(p.IDs)) + ")"
+	args = append(args, sqlgen.Args(p.IDs)...)
 	rows, err := e.w.QueryContext(ctx, "UPDATE workers SET status = ?, in_flight = 0 WHERE "+cond+
 		" RETURNING worker_id", args...)
 	if err != nil {
@@ -158,7 +114,7 @@ func (e executor) WorkerMarkOffline(ctx context.Context, p store.WorkerOfflinePa
 
 // WorkerDelete deletes one worker's row.
 func (e executor) WorkerDelete(ctx context.Context, id string) error {
-	if !asciiID(id) {
+	if !sqlgen.ASCIIID(id) {
 		return fmt.Errorf("deregister worker %s: %w", id, store.ErrNotFound)
 	}
 	res, err := e.w.ExecContext(ctx, "DELETE FROM workers WHERE worker_id = ?", id)
@@ -177,7 +133,7 @@ func (e executor) WorkerDelete(ctx context.Context, id string) error {
 func (e executor) WorkerDeleteOffline(ctx context.Context, before time.Time, limit int) (int, error) {
 	return e.execCount(ctx, "forget offline workers", `DELETE FROM workers WHERE worker_id IN (SELECT worker_id FROM workers
 		WHERE status = ? AND last_heartbeat < ? ORDER BY last_heartbeat LIMIT ?)`,
-		string(store.WorkerOffline), dbTime(before), clampLimit(limit, listLimitDefault, listLimitMax))
+		string(store.WorkerOffline), dbTime(before), sqlgen.ClampLimit(limit, listLimitDefault, listLimitMax))
 }
 
 func scanWorker(row scanner) (store.Worker, error) {
@@ -193,10 +149,10 @@ func scanWorker(row scanner) (store.Worker, error) {
 		return store.Worker{}, err
 	}
 	w.Status, w.Instruction = store.WorkerStatus(status), store.WorkerInstruction(instruction)
-	if w.Types, err = parseTypes(types); err != nil {
+	if w.Types, err = sqlgen.ParseTypes(types); err != nil {
 		return store.Worker{}, fmt.Errorf("worker %s: %w", w.ID, err)
 	}
-	w.Telemetry = nilIfEmpty(telemetry)
+	w.Telemetry = sqlgen.NilIfEmpty(telemetry)
 	w.RegisteredAt, w.LastHeartbeat, w.LastActiveAt = registered.t, heartbeat.t, last.ptr()
 	return w, nil
 }
