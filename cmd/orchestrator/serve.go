@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,7 +44,7 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			log := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := shutdownOnSignal(cmd.Context(), log, cfg.ShutdownGrace, os.Exit)
 			defer stop()
 			var opts serverOptions
 			if embedded {
