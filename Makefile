@@ -11,6 +11,7 @@ all: build
 
 ## build: the three binaries into bin/
 build:
+	@echo "building $(BIN)/ (the first build takes a few minutes; later ones seconds)…"
 	$(GO) build -o $(BIN)/ ./cmd/orchestrator ./cmd/worker ./cmd/orchctl
 
 ## run: build, then the orchestrator in embedded dev mode: SQLite in ./data (ORCH_DATA_DIR), an

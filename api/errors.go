@@ -62,6 +62,13 @@ func notFound(format string, args ...any) *Error {
 	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf(format, args...)}
 }
 
+// methodNotAllowed is the 405 of a request whose path exists for other methods only; the
+// Allow header is the caller's to set (gin sets it for the routes it knows).
+func methodNotAllowed(c *gin.Context) *Error {
+	return &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
+		Message: fmt.Sprintf("method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path)}
+}
+
 // ErrorStatus maps an error to its HTTP status and error code. It is the only place that decides
 // how an internal error looks to a client.
 func ErrorStatus(err error) (status int, code string) {
@@ -115,6 +122,10 @@ func errorBody(err error, status int, code string) client.ErrorBody {
 		d.Message, d.Field = valErr.Message, valErr.Field
 	case status == http.StatusRequestEntityTooLarge:
 		d.Message = "request body is too large"
+		var maxBytes *http.MaxBytesError
+		if errors.As(err, &maxBytes) {
+			d.Message = "request body is over the limit of " + fmtBytes(maxBytes.Limit)
+		}
 	case status == http.StatusServiceUnavailable:
 		d.Message = "a dependency of the orchestrator is unavailable; retry later"
 	case status == http.StatusInternalServerError:
@@ -160,4 +171,12 @@ func (s *Server) logError(c *gin.Context, status int, err error, attrs ...any) {
 	case status >= http.StatusInternalServerError:
 		s.log.Error("internal error", append([]any{"route", route, "method", c.Request.Method, "error", err}, attrs...)...)
 	}
+}
+
+// fmtBytes names a byte count exactly and, from a MiB on, in MiB: "1114112 bytes (1.06 MiB)".
+func fmtBytes(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("%d bytes (%.2f MiB)", n, float64(n)/(1<<20))
 }

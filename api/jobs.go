@@ -100,7 +100,7 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 	case p.Type == "":
 		return p, badRequest("type", "is required")
 	case s.cfg.JobType(p.Type) == nil:
-		return p, badRequest("type", "unknown job type %q", p.Type)
+		return p, badRequest("type", "%s", engine.UnknownTypeMessage(s.cfg, p.Type))
 	case p.Agent == "":
 		return p, badRequest("agent", "is required")
 	case !engine.AgentPattern.MatchString(p.Agent):
@@ -155,11 +155,21 @@ func parseTimeout(raw json.RawMessage) (time.Duration, error) {
 	return time.Duration(d), nil
 }
 
+// postOnlyJobPaths are the names under /jobs/ of POST routes, which GET /jobs/:id matches too.
+var postOnlyJobPaths = map[string]bool{"submit": true, "submit_batch": true}
+
 // getJob handles GET /jobs/:id. An agent sees only its own agent's jobs: another agent's job is
 // a 404, so ids of other agents cannot be probed.
 func (s *Server) getJob(c *gin.Context) {
 	job, err := s.visibleJob(c)
 	if err != nil {
+		if postOnlyJobPaths[c.Param("id")] {
+			if status, _ := ErrorStatus(err); status == http.StatusNotFound {
+				// GET /jobs/submit: the POST route's path, not a job (a job may be named so).
+				c.Header("Allow", http.MethodPost)
+				err = methodNotAllowed(c)
+			}
+		}
 		s.writeError(c, err)
 		return
 	}

@@ -195,7 +195,9 @@ func TestCancelJob(t *testing.T) {
 	require.NotNil(t, job.FinishedAt)
 
 	rec = b.request(t, http.MethodPost, "/jobs/"+id+"/cancel", "admin", nil)
-	requireError(t, rec, http.StatusConflict, CodeJobTerminal, "")
+	d := requireError(t, rec, http.StatusConflict, CodeJobTerminal, "")
+	// The client names the operation ("cancel job X: 409 job_terminal: …"): the message does not.
+	require.Equal(t, "job is in a terminal state: cancelled", d.Message)
 
 	got := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
 	require.Equal(t, "cancelled", got.Status)

@@ -155,10 +155,7 @@ func (s *Server) routes() *gin.Engine {
 	r.NoRoute(func(c *gin.Context) {
 		s.writeError(c, notFound("no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})
-	r.NoMethod(func(c *gin.Context) {
-		s.writeError(c, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
-			Message: fmt.Sprintf("method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path)})
-	})
+	r.NoMethod(func(c *gin.Context) { s.writeError(c, methodNotAllowed(c)) }) // gin sets Allow
 
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)

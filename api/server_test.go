@@ -28,6 +28,34 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 	requireError(t, b.request(t, http.MethodDelete, "/jobs/submit", "admin", nil), http.StatusMethodNotAllowed, CodeMethodNotAllowed, "")
 }
 
+// TestPostRoutesAnswer405ToGet: GET /jobs/submit matches GET /jobs/:id too; it answers 405 with
+// Allow: POST when no job has that name, and a job that has it is still served.
+func TestPostRoutesAnswer405ToGet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, path := range []string{"/jobs/submit", "/jobs/submit_batch"} {
+		rec := b.request(t, http.MethodGet, path, "admin", nil)
+		d := requireError(t, rec, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "")
+		require.Equal(t, http.MethodPost, rec.Header().Get("Allow"), path)
+		require.Equal(t, "method GET is not allowed on "+path, d.Message)
+		// An agent token gets the same answer (another agent's job of that name stays hidden).
+		requireError(t, b.request(t, http.MethodGet, path, "alice", nil), http.StatusMethodNotAllowed, CodeMethodNotAllowed, "")
+	}
+	rec := b.request(t, http.MethodDelete, "/jobs/submit", "admin", nil)
+	requireError(t, rec, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "")
+	require.Contains(t, rec.Header().Get("Allow"), http.MethodPost)
+
+	// Real ids, and a job named like the route, are served as before; an unknown id is a 404.
+	id := b.submitJob(t, "alice")
+	require.Equal(t, http.StatusOK, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil).Code)
+	rec = b.request(t, http.MethodPost, "/jobs/submit", "admin", `{"job_id":"submit","type":"noop","agent":"alice","payload":{}}`)
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	rec = b.request(t, http.MethodGet, "/jobs/submit", "admin", nil)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Empty(t, rec.Header().Get("Allow"))
+	requireError(t, b.request(t, http.MethodGet, "/jobs/no-such-job", "admin", nil), http.StatusNotFound, CodeNotFound, "")
+}
+
 func TestNewHTTPServer(t *testing.T) {
 	t.Parallel()
 	h := http.NewServeMux()

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/engine"
 )
 
 // badSubmit is one submit body that must be refused with 400 naming field.
@@ -111,7 +113,9 @@ func TestSubmitBodyLimits(t *testing.T) {
 		t.Parallel()
 		pad := strings.Repeat(" ", testMaxPayload+submitEnvelopeBytes)
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "admin", `{"type":"noop",`+pad+`"agent":"a","payload":{}}`)
-		requireError(t, rec, http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "")
+		d := requireError(t, rec, http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "")
+		// The limit is named, as the 400 of an oversize payload names its own.
+		require.Equal(t, fmt.Sprintf("request body is over the limit of %d bytes", testMaxPayload+submitEnvelopeBytes), d.Message)
 	})
 	t.Run("OversizeTrailingDataIs413", func(t *testing.T) {
 		t.Parallel()
@@ -123,7 +127,8 @@ func TestSubmitBodyLimits(t *testing.T) {
 		t.Parallel()
 		pad := strings.Repeat(" ", internalBodyBytes)
 		rec := b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", `{"worker_id":"w1",`+pad+`"results":[]}`)
-		requireError(t, rec, http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "")
+		d := requireError(t, rec, http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "")
+		require.Equal(t, fmt.Sprintf("request body is over the limit of %d bytes (8.00 MiB)", internalBodyBytes), d.Message)
 	})
 	t.Run("TrailingWhitespaceIsFine", func(t *testing.T) {
 		t.Parallel()
@@ -131,6 +136,46 @@ func TestSubmitBodyLimits(t *testing.T) {
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "admin", `{"type":"noop","agent":"a","payload":{}}`+"\n\t ")
 		requireError(t, rec, http.StatusServiceUnavailable, CodeUnavailable, "")
 	})
+}
+
+// TestSubmitUnknownTypeSaysHowToConfigure: a submit of a type the server does not know says
+// which types it knows and where a type is configured, through POST /jobs/submit and in the
+// batch's per-job error alike.
+func TestSubmitUnknownTypeSaysHowToConfigure(t *testing.T) {
+	t.Parallel()
+	b := setupDown(t)
+	want := func(t *testing.T, msg string) {
+		t.Helper()
+		require.Contains(t, msg, `unknown job type "exec"`)
+		require.Contains(t, msg, "(configured: inference, ingest, noop, preload, sleep)")
+		require.Contains(t, msg, "job_types")
+		require.Contains(t, msg, "ORCH_CONFIG")
+		require.Contains(t, msg, "docs/configuration.md#job-types")
+	}
+	d := requireError(t, b.request(t, http.MethodPost, "/jobs/submit", "admin", `{"type":"exec","agent":"a","payload":{}}`),
+		http.StatusBadRequest, CodeInvalidRequest, "type")
+	want(t, d.Message)
+	rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "admin", `{"jobs":[{"type":"exec","agent":"a","payload":{}}]}`)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	res := decode[client.SubmitBatchResponse](t, rec)
+	require.Len(t, res.Results, 1)
+	require.NotNil(t, res.Results[0].Error)
+	want(t, res.Results[0].Error.Message)
+}
+
+// TestUnknownTypeMessageIsBounded: a configuration with many types lists the first ones only.
+func TestUnknownTypeMessageIsBounded(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{JobTypes: map[string]*config.JobType{}}
+	require.Contains(t, engine.UnknownTypeMessage(cfg, "x"), "(configured: none)")
+	for i := range 50 {
+		name := fmt.Sprintf("t%02d", i)
+		cfg.JobTypes[name] = &config.JobType{Name: name}
+	}
+	msg := engine.UnknownTypeMessage(cfg, "x")
+	require.Contains(t, msg, "t00, t01")
+	require.Contains(t, msg, "t19 and 30 more)")
+	require.NotContains(t, msg, "t20")
 }
 
 func TestSubmitAccepted(t *testing.T) {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -46,6 +47,10 @@ func (e *Engine) Cancel(ctx context.Context, id, actor string) (store.Job, error
 		return tx.AuditInsert(ctx, events)
 	})
 	if err != nil {
+		if errors.Is(err, ErrJobTerminal) {
+			// Said once: the caller names the operation (the client says "cancel job X").
+			return store.Job{}, err
+		}
 		return store.Job{}, fmt.Errorf("cancel job %s: %w", id, err)
 	}
 	return job, nil

@@ -362,6 +362,26 @@ func (e *Engine) xadd(ctx context.Context, jobs []store.Job, traces []string, li
 	return marks, nil
 }
 
+// maxListedTypes bounds the configured types an unknown-type message names.
+const maxListedTypes = 20
+
+// UnknownTypeMessage says that a submit's type is not configured, which types are (at most
+// maxListedTypes of them), and where a type is configured: a newcomer who submits a type the
+// server does not know learns how to add it.
+func UnknownTypeMessage(cfg *config.Config, name string) string {
+	names := cfg.TypeNames()
+	known := "none"
+	if len(names) > 0 {
+		shown := names[:min(len(names), maxListedTypes)]
+		known = strings.Join(shown, ", ")
+		if more := len(names) - len(shown); more > 0 {
+			known += fmt.Sprintf(" and %d more", more)
+		}
+	}
+	return fmt.Sprintf("unknown job type %q (configured: %s); a type is configured under job_types in "+
+		"the configuration file named by ORCH_CONFIG (see docs/configuration.md#job-types)", name, known)
+}
+
 // validateSubmit checks p, fills defaults from the job type and returns the type.
 func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if p.JobID == "" {
@@ -374,7 +394,7 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	}
 	jt := e.cfg.JobType(p.Type)
 	if jt == nil {
-		return nil, invalid("type", "unknown job type %q (known: %s)", p.Type, strings.Join(e.cfg.TypeNames(), ", "))
+		return nil, invalid("type", "%s", UnknownTypeMessage(e.cfg, p.Type))
 	}
 	if p.Agent == "" {
 		return nil, invalid("agent", "is required")

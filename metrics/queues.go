@@ -29,7 +29,8 @@ func GroupsOf(cfg *config.Config) []streams.GroupRef {
 // Queues is the scrape-time collector of the job streams' backlogs:
 // gpu_orchestrator_job_queue_depth{stream} (the group's lag: entries no worker has read yet,
 // what KEDA scales on) and gpu_orchestrator_job_pending_entries{stream} (read, not yet
-// acknowledged). One pipelined XINFO GROUPS per scrape.
+// acknowledged). One pipelined XINFO GROUPS per scrape (and, where the lag Redis reports
+// cannot be trusted, a bounded count of the undelivered entries: streams.GroupStats).
 type Queues struct {
 	reg    *Registry
 	src    GroupStatsReader

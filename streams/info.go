@@ -33,9 +33,13 @@ type GroupStat struct {
 	Exists bool
 }
 
-// GroupStats reads the backlog of every group in one pipeline of XINFO GROUPS and XLEN. When
-// Redis cannot tell a group's lag (entries were deleted between its last delivered entry and the end
-// of the stream), the entries after the last delivered one are counted, up to lagScanMax.
+// GroupStats reads the backlog of every group in one pipeline of XINFO GROUPS and XLEN. The lag
+// XINFO reports is taken when it is known to be right: Redis reports it with entries-read, or
+// the group has delivered nothing yet (the lag is then the stream's length). Otherwise the
+// entries after the group's last delivered one are counted, up to lagScanMax: when Redis
+// cannot tell the lag (entries were deleted between the last delivered entry and the end of
+// the stream, or the group was created at an explicit id), and always on the embedded mode's
+// Redis, which reports the stream's length as the lag and no entries-read.
 func (c *Client) GroupStats(ctx context.Context, refs []GroupRef) ([]GroupStat, error) {
 	if len(refs) == 0 {
 		return nil, nil
@@ -67,7 +71,7 @@ func (c *Client) GroupStats(ctx context.Context, refs []GroupRef) ([]GroupStat, 
 				continue
 			}
 			out[i].Exists, out[i].Pending, out[i].Lag = true, g.Pending, g.Lag
-			if g.Lag < 0 {
+			if g.Lag < 0 || (g.EntriesRead <= 0 && !isZeroID(g.LastDeliveredID)) {
 				if out[i].Lag, err = c.countAfter(ctx, r.Stream, g.LastDeliveredID); err != nil {
 					return nil, err
 				}
@@ -76,6 +80,10 @@ func (c *Client) GroupStats(ctx context.Context, refs []GroupRef) ([]GroupStat, 
 	}
 	return out, nil
 }
+
+// isZeroID reports whether id is the id before every entry: a group's last-delivered-id when it
+// delivered nothing yet ("0-0"; "0" on the embedded mode's Redis).
+func isZeroID(id string) bool { return id == "0-0" || id == "0" }
 
 // isPerCommand reports whether every failed command of a pipeline failed for a reason of its
 // own (a missing stream), rather than the connection.

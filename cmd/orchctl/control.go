@@ -78,7 +78,7 @@ func newControlDrainCmd(g *globals) *cobra.Command {
 		o    waitOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "drain [--wait [--timeout 5m]]",
+		Use:   "drain [--wait [--wait-timeout 5m]]",
 		Short: "Drain every pool for maintenance: workers finish their jobs in flight and exit",
 		Long: `Drain every starting or running pool (POST /control/drain), as "orchctl pools drain" does for
 one: the workers stop reading, finish their jobs in flight, release their leases and exit; each
@@ -92,13 +92,13 @@ Submits are still accepted meanwhile; throttle them with "orchctl admission set"
 With --wait, orchctl then waits until no pool is starting, running or draining, and no evicted
 pool has a worker left. What to check after: "orchctl jobs list --status running" is empty and
 "orchctl leases list --status active" shows no job's lease. Exit codes: 0 drained; 2 API error;
-5 --timeout passed first. With -o json the one document is {"drained": [...]} and, with
+5 --wait-timeout passed first. With -o json the one document is {"drained": [...]} and, with
 --wait, "pools": every pool at the end.`,
-		Example: `  orchctl control drain --wait --timeout 10m`,
+		Example: `  orchctl control drain --wait --wait-timeout 10m`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if wait {
-				if err := o.check(cmd, "timeout"); err != nil {
+				if err := o.check(cmd); err != nil {
 					return err
 				}
 			}

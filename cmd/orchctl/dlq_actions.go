@@ -41,18 +41,18 @@ Name the jobs, or use --all to replay every dead letter that matches --type, --a
 not replayed twice). A job that is not in the queue (replayed or purged already, or never dead)
 is refused (409 not_dead_letter).
 
-With --wait, orchctl then waits for the replayed jobs like "jobs wait" (--poll, --timeout) and
+With --wait, orchctl then waits for the replayed jobs like "jobs wait" (--poll, --wait-timeout) and
 prints their final states instead of the replay's results. Exit codes: 0 every job replayed
 (and, with --wait, done); 2 none could be replayed; 6 some could not (each named on stderr);
-with --wait also 3 a job dead-lettered again, 4 one was cancelled, 5 --timeout passed. With -o
+with --wait also 3 a job dead-lettered again, 4 one was cancelled, 5 --wait-timeout passed. With -o
 json the one document is {"results": [{"job_id", "outcome", "job", "error"}]}, or with --wait
 {"jobs": [...]}.`,
 		Example: `  orchctl dlq replay job-1 job-2
-  orchctl dlq replay --all --type inference --error-contains "connection refused" --wait --timeout 30m`,
+  orchctl dlq replay --all --type inference --error-contains "connection refused" --wait --wait-timeout 30m`,
 		ValidArgsFunction: completeFromAPI(g, 0, deadLetterIDs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if wait {
-				if err := o.check(cmd, "timeout"); err != nil {
+				if err := o.check(cmd); err != nil {
 					return err
 				}
 			}
@@ -89,7 +89,7 @@ json the one document is {"results": [{"job_id", "outcome", "job", "error"}]}, o
 	fl.BoolVar(&f.all, "all", false, "replay every dead letter that matches the filters")
 	fl.BoolVar(&wait, "wait", false, "wait until the replayed jobs are finished (exit codes as jobs wait)")
 	fl.DurationVar(&o.poll, "poll", pollDefault, "with --wait: time between polls")
-	fl.DurationVar(&o.timeout, "timeout", waitTimeoutDefault, "with --wait: give up after this long (exit code 5)")
+	addWaitTimeoutFlag(cmd, &o.timeout, waitTimeoutDefault, "with --wait: give up after this long (exit code 5)")
 	return cmd
 }
 

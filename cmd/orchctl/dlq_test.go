@@ -84,7 +84,7 @@ func TestDLQReplayPurge(t *testing.T) {
 		results := make(chan result, 1)
 		go func() {
 			results <- b.run(t, "dlq", "replay", "--all", "--agent", "fixme", "--error-contains", "503",
-				"--wait", "--poll", "20ms", "--timeout", "1m")
+				"--wait", "--poll", "20ms", "--wait-timeout", "1m")
 		}()
 		for _, id := range []string{"fix-1", "fix-2"} {
 			require.Eventually(t, func() bool { return b.get(t, id).Status == "pending" }, 30*time.Second, 10*time.Millisecond)

@@ -101,7 +101,7 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the job id")
 	fl.BoolVar(&f.wait, "wait", false, "wait until the job is finished (exit codes as jobs wait)")
 	fl.DurationVar(&f.waitOpts.poll, "poll", pollDefault, "with --wait: time between polls")
-	fl.DurationVar(&f.waitOpts.timeout, "wait-timeout", waitTimeoutDefault, "with --wait: give up after this long (exit 5)")
+	fl.DurationVar(&f.waitOpts.timeout, "wait-timeout", waitTimeoutDefault, "with --wait: give up after this long (exit code 5)")
 	_ = cmd.MarkFlagRequired("type")
 	_ = cmd.MarkFlagRequired("agent")
 	cmd.MarkFlagsMutuallyExclusive("payload", "payload-file")
@@ -124,7 +124,7 @@ func (g *globals) submit(cmd *cobra.Command, f *submitFlags) error {
 		req.Timeout = &d
 	}
 	if f.wait {
-		if err := f.waitOpts.check(cmd, "wait-timeout"); err != nil {
+		if err := f.waitOpts.check(cmd); err != nil {
 			return err
 		}
 	}

@@ -93,7 +93,7 @@ func TestJobsSubmitBatch(t *testing.T) {
 		r := b.run(t, "jobs", "submit-batch", "--file", path)
 		require.Equal(t, exitPartial, r.code, "%s", r)
 		require.Equal(t, [][]string{{"4", "1", "1", "2"}}, tableRows(t, r.stdout), "%s", r)
-		require.Contains(t, r.stderr, `orchctl: job 2 (named-bad): invalid_request: unknown job type "rm_rf" (field type)`+"\n")
+		require.Contains(t, r.stderr, `orchctl: job 2 (named-bad): invalid_request: unknown job type "rm_rf" (configured: inference, ingest, noop, preload, sleep); a type is configured under job_types in the configuration file named by ORCH_CONFIG (see docs/configuration.md#job-types) (field type)`+"\n")
 		require.Contains(t, r.stderr, `orchctl: job 4: invalid_request: must be in 1..100 (field max_attempts)`+"\n")
 		require.Contains(t, r.stderr, "orchctl: submit jobs: 2 of 4 failed (named above); the others succeeded\n")
 		require.Equal(t, "pending", string(b.get(t, "named-new").Status))

@@ -86,7 +86,7 @@ func TestJobsSubmit(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "jobs", "submit", "--type", "no-such-type", "--agent", "ops")
 		require.Equal(t, exitAPI, r.code, "%s", r)
-		require.Contains(t, r.stderr, `orchctl: submit job: 400 invalid_request: unknown job type "no-such-type" (field type)`)
+		require.Contains(t, r.stderr, `orchctl: submit job: 400 invalid_request: unknown job type "no-such-type" (configured: inference, ingest, noop, preload, sleep); a type is configured under job_types in the configuration file named by ORCH_CONFIG (see docs/configuration.md#job-types) (field type)`)
 
 		r = b.run(t, "jobs", "submit", "--type", "noop", "--agent", "ops", "--max-attempts", "0")
 		require.Equal(t, exitAPI, r.code, "%s", r)
@@ -172,7 +172,8 @@ func TestJobsCancel(t *testing.T) {
 
 		r = b.run(t, "jobs", "cancel", id)
 		require.Equal(t, exitAPI, r.code, "%s", r)
-		require.Contains(t, r.stderr, "orchctl: cancel job cancel-pending: 409 job_terminal")
+		require.Contains(t, r.stderr, "orchctl: cancel job cancel-pending: 409 job_terminal: job is in a terminal state: cancelled\n")
+		require.Equal(t, 1, strings.Count(r.stderr, "cancel job"), "each layer says it once: %s", r.stderr)
 	})
 
 	t.Run("RunningJSON", func(t *testing.T) {

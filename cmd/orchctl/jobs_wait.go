@@ -37,21 +37,55 @@ type waitOptions struct {
 	timeout time.Duration
 }
 
-// check refuses durations that make no sense; timeoutFlag names the flag of the overall limit.
-func (o waitOptions) check(cmd *cobra.Command, timeoutFlag string) error {
+// check refuses durations that make no sense.
+func (o waitOptions) check(cmd *cobra.Command) error {
 	if o.poll <= 0 {
 		return usageErrorf(cmd, "--poll must be positive")
 	}
 	if o.timeout <= 0 {
-		return usageErrorf(cmd, "--%s must be positive", timeoutFlag)
+		return usageErrorf(cmd, "--wait-timeout must be positive")
 	}
 	return nil
 }
 
+// addWaitTimeoutFlag adds --wait-timeout, how long a wait may last: the one name orchctl gives
+// that meaning (--timeout of jobs submit is a job's run-time limit). The old spelling of the
+// waits, --timeout, stays as a hidden alias that warns.
+func addWaitTimeoutFlag(cmd *cobra.Command, d *time.Duration, def time.Duration, usage string) {
+	fl := cmd.Flags()
+	fl.DurationVar(d, "wait-timeout", def, usage)
+	fl.DurationVar(d, "timeout", def, usage)
+	_ = fl.SetAnnotation("timeout", deprecatedFor, []string{"wait-timeout"})
+	fl.Lookup("timeout").Hidden = true
+	cmd.MarkFlagsMutuallyExclusive("timeout", "wait-timeout")
+}
+
+// deprecatedFor annotates a hidden flag kept for an old spelling with the flag that replaced
+// it: checkFlags warns when it is used.
+const deprecatedFor = "orchctl_deprecated_for"
+
+// warnDeprecated says on stderr which flags of the command line are old spellings, and their
+// new names. (cobra's own deprecation notice is lost: it writes to a buffer it never prints.)
+func warnDeprecated(cmd *cobra.Command) {
+	for _, name := range deprecatedFlags {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed {
+			continue
+		}
+		if to := f.Annotations[deprecatedFor]; len(to) > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "orchctl: --%s is deprecated for %s: use --%s (--timeout is a job's run-time limit in jobs submit)\n",
+				f.Name, cmd.CommandPath(), to[0])
+		}
+	}
+}
+
+// deprecatedFlags are the names that may be old spellings (annotated deprecatedFor).
+var deprecatedFlags = []string{"timeout"}
+
 func newJobsWaitCmd(g *globals) *cobra.Command {
 	var o waitOptions
 	cmd := &cobra.Command{
-		Use:   "wait JOB_ID [JOB_ID...] [--poll 500ms] [--timeout 10m]",
+		Use:   "wait JOB_ID [JOB_ID...] [--poll 500ms] [--wait-timeout 10m]",
 		Short: "Wait until jobs are finished; the exit code says how they ended",
 		Long: `Poll jobs until every one is finished (done, dead_letter or cancelled), then print their final
 state and exit with a code that scripts can trust:
@@ -62,21 +96,21 @@ state and exit with a code that scripts can trust:
      could not be reached on the first poll
   3  at least one job ended in dead_letter
   4  at least one job ended cancelled (and none in dead_letter)
-  5  --timeout passed before every job finished (and none ended dead_letter or cancelled)
+  5  --wait-timeout passed before every job finished (and none ended dead_letter or cancelled)
 
 A known failure outranks a timeout: when the wait times out after one job was dead-lettered, the
 code is 3. Once the first poll has succeeded, passing trouble (429, 5xx, a connection refused
 while the orchestrator restarts) is reported on standard error and the polling goes on until
---timeout.
+--wait-timeout.
 
 Progress ("3/10 finished: 3 done, 1 running, 6 pending") goes to standard error: redrawn in place
 on a terminal, otherwise one line every ` + progressEvery.String() + `. With -o json the one document printed is
 {"jobs": [...]}, the jobs in the order given.`,
 		Example: `  orchctl jobs wait job-1 job-2 job-3
-  orchctl jobs wait "$JOB" --timeout 1h --poll 2s || echo "job failed with $?"`,
+  orchctl jobs wait "$JOB" --wait-timeout 1h --poll 2s || echo "job failed with $?"`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.check(cmd, "timeout"); err != nil {
+			if err := o.check(cmd); err != nil {
 				return err
 			}
 			c, err := g.client(cmd)
@@ -87,7 +121,7 @@ on a terminal, otherwise one line every ` + progressEvery.String() + `. With -o 
 		},
 	}
 	cmd.Flags().DurationVar(&o.poll, "poll", pollDefault, "time between polls")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", waitTimeoutDefault, "give up after this long (exit code 5)")
+	addWaitTimeoutFlag(cmd, &o.timeout, waitTimeoutDefault, "give up after this long (exit code 5)")
 	return cmd
 }
 

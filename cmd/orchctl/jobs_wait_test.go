@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
@@ -17,7 +18,7 @@ func TestJobsWait(t *testing.T) {
 	// wait runs `jobs wait` with a short poll; the generous timeout is never reached.
 	wait := func(t *testing.T, args ...string) result {
 		t.Helper()
-		return b.run(t, append([]string{"jobs", "wait", "--poll", "20ms", "--timeout", "1m"}, args...)...)
+		return b.run(t, append([]string{"jobs", "wait", "--poll", "20ms", "--wait-timeout", "1m"}, args...)...)
 	}
 
 	t.Run("Done", func(t *testing.T) {
@@ -40,7 +41,7 @@ func TestJobsWait(t *testing.T) {
 		codes := make(chan int, 1)
 		go func() {
 			codes <- run([]string{"--api-url", b.url, "--token", b.admin, "jobs", "wait", id,
-				"--poll", "20ms", "--timeout", "1m", "-o", "json"}, strings.NewReader(""), &stdout, &stderr)
+				"--poll", "20ms", "--wait-timeout", "1m", "-o", "json"}, strings.NewReader(""), &stdout, &stderr)
 		}()
 		// The first poll saw the job pending; only a later poll can see it done.
 		require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "waiting: 0/1 finished: 1 pending") },
@@ -79,7 +80,7 @@ func TestJobsWait(t *testing.T) {
 		t.Parallel()
 		done, pending := b.submit(t, "wait-t-done", "ops"), b.submit(t, "wait-t-pending", "ops")
 		b.done(t, done, `{}`)
-		r := b.run(t, "jobs", "wait", done, pending, "--poll", "20ms", "--timeout", "200ms")
+		r := b.run(t, "jobs", "wait", done, pending, "--poll", "20ms", "--wait-timeout", "200ms")
 		require.Equal(t, exitTimeout, r.code, "%s", r)
 		require.Regexp(t, `^waiting: 1/2 finished: 1 done, 1 pending \(\d+s\)\n`, r.stderr,
 			"stderr is no terminal: a plain progress line")
@@ -90,7 +91,7 @@ func TestJobsWait(t *testing.T) {
 	t.Run("TimeoutJSON", func(t *testing.T) {
 		t.Parallel()
 		id := b.submit(t, "wait-t-json", "ops")
-		r := b.run(t, "jobs", "wait", id, "--poll", "20ms", "--timeout", "100ms", "-o", "json")
+		r := b.run(t, "jobs", "wait", id, "--poll", "20ms", "--wait-timeout", "100ms", "-o", "json")
 		require.Equal(t, exitTimeout, r.code, "%s", r)
 		list := decodeJSON[client.JobList](t, r)
 		require.Equal(t, "pending", list.Jobs[0].Status)
@@ -105,6 +106,17 @@ func TestJobsWait(t *testing.T) {
 		require.Empty(t, r.stdout)
 	})
 
+	t.Run("DeprecatedTimeoutStillWorks", func(t *testing.T) {
+		t.Parallel()
+		id := b.submit(t, "wait-t-old", "ops")
+		r := b.run(t, "jobs", "wait", id, "--poll", "20ms", "--timeout", "100ms")
+		require.Equal(t, exitTimeout, r.code, "%s", r)
+		require.Contains(t, r.stderr, "orchctl: --timeout is deprecated for orchctl jobs wait: use --wait-timeout")
+		require.Contains(t, r.stderr, "orchctl: timed out after 100ms: 1 of 1 jobs not finished: wait-t-old\n")
+		r = b.run(t, "jobs", "wait", id, "--timeout", "1s", "--wait-timeout", "1s")
+		require.Equal(t, exitUsage, r.code, "both spellings at once: %s", r)
+	})
+
 	t.Run("UsageErrors", func(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "jobs", "wait")
@@ -113,7 +125,38 @@ func TestJobsWait(t *testing.T) {
 		r = b.run(t, "jobs", "wait", "x", "--poll", "0s")
 		require.Equal(t, exitUsage, r.code, "%s", r)
 		require.Contains(t, r.stderr, "orchctl: --poll must be positive\n")
+		r = b.run(t, "jobs", "wait", "x", "--wait-timeout", "0s")
+		require.Equal(t, exitUsage, r.code, "%s", r)
+		require.Contains(t, r.stderr, "orchctl: --wait-timeout must be positive\n")
 	})
+}
+
+// TestOneNameForTheWaitTimeout: --wait-timeout is how long a wait may last on every command
+// that waits; a visible --timeout is a job's run-time limit only (jobs submit), and the waits'
+// old --timeout is hidden.
+func TestOneNameForTheWaitTimeout(t *testing.T) {
+	t.Parallel()
+	root := newRootCmd(&globals{getenv: func(string) string { return "" }})
+	var waits []string
+	walk(root, func(c *cobra.Command) {
+		path := c.CommandPath()
+		if f := c.Flags().Lookup("timeout"); f != nil && !f.Hidden {
+			require.Equal(t, "orchctl jobs submit", path, "--timeout is a job's run-time limit only")
+			require.Contains(t, f.Usage, "run-time limit")
+		}
+		if c.Flags().Lookup("poll") == nil {
+			return
+		}
+		waits = append(waits, path)
+		f := c.Flags().Lookup("wait-timeout")
+		require.NotNil(t, f, "%s waits: --wait-timeout", path)
+		require.Contains(t, f.Usage, "give up after this long", path)
+		if path != "orchctl jobs submit" { // whose --timeout is the job's run-time limit
+			require.NotContains(t, c.Long+c.Use+c.Example, "--timeout", "%s names its wait limit --wait-timeout", path)
+		}
+	})
+	require.ElementsMatch(t, []string{"orchctl jobs submit", "orchctl jobs wait", "orchctl dlq replay",
+		"orchctl pools drain", "orchctl pools evict", "orchctl control drain"}, waits)
 }
 
 func TestWaitVerdict(t *testing.T) {

@@ -18,13 +18,13 @@ const (
 	poolWaitTimeoutDefault = 5 * time.Minute
 )
 
-// addWaitFlags adds --wait, --poll and --timeout to a command that can wait for the state it
+// addWaitFlags adds --wait, --poll and --wait-timeout to a command that can wait for the state it
 // asked for.
 func addWaitFlags(cmd *cobra.Command, wait *bool, o *waitOptions, what string) {
 	fl := cmd.Flags()
-	fl.BoolVar(wait, "wait", false, "wait until "+what+" (exit code 5 when --timeout passes first)")
+	fl.BoolVar(wait, "wait", false, "wait until "+what+" (exit code 5 when --wait-timeout passes first)")
 	fl.DurationVar(&o.poll, "poll", poolPollDefault, "with --wait: time between looks")
-	fl.DurationVar(&o.timeout, "timeout", poolWaitTimeoutDefault, "with --wait: give up after this long (exit code 5)")
+	addWaitTimeoutFlag(cmd, &o.timeout, poolWaitTimeoutDefault, "with --wait: give up after this long (exit code 5)")
 }
 
 // checkFunc looks at the state once: done when the wait is over, line a one-line summary for

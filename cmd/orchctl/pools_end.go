@@ -16,7 +16,7 @@ func newPoolsDrainCmd(g *globals) *cobra.Command {
 		o    waitOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "drain POOL_ID [--wait [--timeout 5m]]",
+		Use:   "drain POOL_ID [--wait [--wait-timeout 5m]]",
 		Short: "Drain a pool: its workers finish their jobs in flight, then exit",
 		Long: `Drain a pool (POST /workers/pools/{id}/drain): starting|running → draining. Its workers stop
 reading new work, finish the jobs in flight, report them (which releases their leases),
@@ -29,10 +29,10 @@ cannot drain (409, exit code 2). Bring a drained pool back with "orchctl pools s
 --restart".
 
 With --wait, orchctl then waits until the pool is stopped (progress on stderr). Exit codes: 0
-drained (stopped); 2 API error; 5 --timeout passed first. With -o json the one document is
+drained (stopped); 2 API error; 5 --wait-timeout passed first. With -o json the one document is
 {"pool": {...}, "changed": bool}; with --wait the pool as it is at the end.`,
 		Example: `  orchctl pools drain mistral
-  orchctl pools drain mistral --wait --timeout 10m`,
+  orchctl pools drain mistral --wait --wait-timeout 10m`,
 		Args:              usageArgs(cobra.ExactArgs(1)),
 		ValidArgsFunction: completeFromAPI(g, 1, poolIDs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,7 +49,7 @@ func newPoolsEvictCmd(g *globals) *cobra.Command {
 		o    waitOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "evict POOL_ID [--wait [--timeout 5m]]",
+		Use:   "evict POOL_ID [--wait [--wait-timeout 5m]]",
 		Short: "Force-evict a pool: stop its workers now and retry their jobs elsewhere",
 		Long: `Evict a pool (POST /control/evict_pool): starting|running|draining → evicted, at once. Its
 workers are told to stop and cancel their handlers; local workers get SIGTERM, then SIGKILL after
@@ -63,7 +63,7 @@ jobs should finish. Evicting a pool that is evicted or stopped changes nothing (
 With --wait, orchctl then waits until the pool has no live worker left. What to check after:
 "orchctl pools get POOL" (no worker but offline ones), "orchctl leases list --status active"
 (no lease of the pool's jobs), "orchctl jobs list --status running" (none of its jobs).
-Exit codes: 0 evicted (and, with --wait, no live worker); 2 API error; 5 --timeout passed.
+Exit codes: 0 evicted (and, with --wait, no live worker); 2 API error; 5 --wait-timeout passed.
 With -o json the one document is {"pool": {...}, "changed": bool}.`,
 		Example:           `  orchctl pools evict mistral --wait`,
 		Args:              usageArgs(cobra.ExactArgs(1)),
@@ -81,7 +81,7 @@ With -o json the one document is {"pool": {...}, "changed": bool}.`,
 func (g *globals) endPool(cmd *cobra.Command, id string, wait bool, o waitOptions,
 	act func(*client.Client, context.Context, string) (client.PoolChange, error), ended func(client.Pool) bool, what string) error {
 	if wait {
-		if err := o.check(cmd, "timeout"); err != nil {
+		if err := o.check(cmd); err != nil {
 			return err
 		}
 	}

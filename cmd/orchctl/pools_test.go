@@ -91,7 +91,7 @@ func TestPoolsCreateScale(t *testing.T) {
 			{"pools", "create", "x", "--agent", "a", "--model", "m", "--types", "noop", "--metadata", "{"},
 			{"pools", "scale", "x", "-1"},
 			{"pools", "scale", "x"},
-			{"pools", "drain", "x", "--wait", "--timeout", "0s"},
+			{"pools", "drain", "x", "--wait", "--wait-timeout", "0s"},
 		} {
 			r := b.run(t, args...)
 			require.Equal(t, exitUsage, r.code, "%v: %s", args, r)
@@ -130,7 +130,7 @@ func TestPoolsDrainEvict(t *testing.T) {
 		t.Parallel()
 		b.createPool(t, "stuck", 1)
 		b.registerSeen(t, "stuck-w1", "stuck")
-		r := b.run(t, "pools", "drain", "stuck", "--wait", "--poll", "20ms", "--timeout", "300ms")
+		r := b.run(t, "pools", "drain", "stuck", "--wait", "--poll", "20ms", "--wait-timeout", "300ms")
 		require.Equal(t, exitTimeout, r.code, "%s", r)
 		require.Contains(t, r.stderr, "timed out after 300ms waiting until pool stuck is drained (stopped); "+
 			"last seen: pool stuck draining: 1 live worker, 0 jobs in flight")
@@ -182,7 +182,7 @@ func TestControl(t *testing.T) {
 
 	b.createPool(t, "c", 1)
 	b.registerSeen(t, "c-w1", "c")
-	r = b.run(t, "control", "drain", "--wait", "--poll", "20ms", "--timeout", "200ms")
+	r = b.run(t, "control", "drain", "--wait", "--poll", "20ms", "--wait-timeout", "200ms")
 	require.Equal(t, exitTimeout, r.code, "%s", r)
 	require.Contains(t, r.stderr, "last seen: 3 pools: 1 draining, 2 stopped; 1 worker left")
 	require.Regexp(t, `(?m)^c\s+alice\s+m\s+noop\s+draining\s`, r.stdout, "every pool is shown")

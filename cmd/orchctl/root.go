@@ -148,9 +148,11 @@ func walk(cmd *cobra.Command, fn func(*cobra.Command)) {
 	}
 }
 
-// checkFlags runs cobra's checks of required and mutually exclusive flags ahead of cobra, so
-// that their failures are usage errors (exit code 1, a pointer to --help).
+// checkFlags warns of deprecated flags, and runs cobra's checks of required and mutually
+// exclusive flags ahead of cobra, so that their failures are usage errors (exit code 1, a
+// pointer to --help).
 func checkFlags(cmd *cobra.Command, _ []string) error {
+	warnDeprecated(cmd)
 	if err := cmd.ValidateRequiredFlags(); err != nil {
 		return usageError{cmd: cmd, err: err}
 	}

@@ -148,7 +148,7 @@ func TestHelpAndCompletion(t *testing.T) {
 		r := orchctl(t, "", "jobs", "wait", "--help")
 		require.Equal(t, exitOK, r.code, "%s", r)
 		for _, want := range []string{"  0  every job is done", "  3  at least one job ended in dead_letter",
-			"  4  at least one job ended cancelled", "  5  --timeout passed"} {
+			"  4  at least one job ended cancelled", "  5  --wait-timeout passed"} {
 			require.Contains(t, r.stdout, want)
 		}
 	})

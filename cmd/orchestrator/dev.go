@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -38,8 +36,8 @@ func devCmd() *cobra.Command {
 			"(ORCH_EMBEDDED_REDIS_ADDR, default 127.0.0.1:6390), and an in-process worker serving " +
 			"every job type whose handler can run here, with simulated GPUs when NVML has none " +
 			"(ORCH_SIM_GPUS, default " + DevSimGPUsDefault + ") and text logs. A second orchestrator " +
-			"on the same data directory refuses to start. Ctrl-C drains in-flight jobs; a restart " +
-			"resumes every unfinished job.\n\nWhen no API token is configured it admits requests " +
+			"on the same data directory refuses to start. Ctrl-C drains in-flight jobs (for up to " +
+			"shutdown_grace), a second Ctrl-C stops at once; a restart resumes every unfinished job.\n\nWhen no API token is configured it admits requests " +
 			"from loopback without a token (and says so), so it refuses to listen on other addresses then; " +
 			"a tokens file (tokens_file, ORCH_TOKENS_FILE) or ORCH_API_TOKENS that holds no token is refused.",
 		Args: cobra.NoArgs,
@@ -56,7 +54,7 @@ func devCmd() *cobra.Command {
 				cfg.LogFormat = "text"
 			}
 			log := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := shutdownOnSignal(cmd.Context(), log, cfg.ShutdownGrace, os.Exit)
 			defer stop()
 			return runServer(ctx, cfg, log, devOptions(cfg, log, cmd.ErrOrStderr()))
 		},
@@ -171,7 +169,8 @@ func printBanner(out io.Writer, cfg *config.Config, apiURL string, types []strin
          -d '{"type":"%[8]s","agent":"demo","payload":{"ms":500}}'
     ./bin/orchctl --api-url %[1]s jobs list
 
-  Ctrl-C drains in-flight jobs and exits; starting again resumes every unfinished job.
+  Ctrl-C drains in-flight jobs (for up to %[9]s, shutdown_grace) and exits; a second Ctrl-C
+  stops at once. Starting again resumes every unfinished job.
 
-`, apiURL, dataDir, sqlite.DBFileName, cfg.RedisAddr, devPoolID, types, gpus, example)
+`, apiURL, dataDir, sqlite.DBFileName, cfg.RedisAddr, devPoolID, types, gpus, example, cfg.ShutdownGrace)
 }

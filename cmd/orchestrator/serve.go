@@ -9,19 +9,20 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuorch/orchestrator/admission"
 	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/db"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
+	"github.com/gpuorch/orchestrator/leader"
 	"github.com/gpuorch/orchestrator/metrics"
+	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/tracing"
@@ -46,7 +47,7 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			log := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := shutdownOnSignal(cmd.Context(), log, cfg.ShutdownGrace, os.Exit)
 			defer stop()
 			var opts serverOptions
 			if embedded {
@@ -102,6 +103,53 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	}
 	defer stopTracing()
 	log = tracing.WithLogs(log) // trace_id on records logged with a span
+
+	c, err := startCore(ctx, cfg, be, log)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	srv := buildAPI(ctx, cfg, auth, be, c, log)
+	hs, addr, serveErr, err := listenAPI(cfg, srv.Handler(), serverTLS, log)
+	if err != nil {
+		return err
+	}
+	drain := func() {}
+	if opts.ready != nil {
+		if drain, err = startReady(ctx, cfg, opts.ready, c.eng, addr, serverTLS); err != nil {
+			_ = hs.Close()
+			return err
+		}
+	}
+	if err := serveUntilDone(ctx, serveErr); err != nil {
+		return err
+	}
+	shutdown(ctx, cfg, log, hs, drain, c.eng)
+	return nil
+}
+
+// core is the engine and what runs beside it, whatever the API: the leader election and the
+// leader's loops, the lease loops, admission control and the pools, with their metrics.
+type core struct {
+	eng   *engine.Engine
+	om    *metrics.Orchestrator
+	el    leader.Elector
+	adm   *admission.Controller
+	pools *pools.Service
+	// stop stops what startCore started, in reverse order: admission, the lease loops, then
+	// the election (resigning first: a follower takes over within one interval).
+	stop func()
+}
+
+// startCore wires the engine over the opened backends and starts the work beside it. On an
+// error, what it started is stopped again.
+func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.Logger) (_ *core, err error) {
+	var started cleanups
+	defer func() {
+		if err != nil {
+			started.run()
+		}
+	}()
 	st := be.store
 	sc := streams.New(be.redis, streams.Options{Prefix: cfg.RedisPrefix})
 	ensureGroups(ctx, sc, cfg, log)
@@ -113,42 +161,67 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: om.Jobs})
 	rm := reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...)
 	if err := om.Register(rm); err != nil {
-		return fmt.Errorf("register reclaimer metrics: %w", err)
+		return nil, fmt.Errorf("register reclaimer metrics: %w", err)
 	}
 	pw, err := startPoolWork(cfg, st, sc, eng, be.elector != nil, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	work := term.track(leaderWork(cfg, eng, sc, rm, log, pw.leaderLoop))
-	el := be.elector
-	if el != nil {
-		be.setLeaderWork(work) // the embedded mode's LocalElector already leads
-	} else {
-		var closeEl func()
-		if el, closeEl, err = newMySQLElector(cfg, st, log, work); err != nil {
-			return err
-		}
-		defer closeEl()
-		if err := el.Start(ctx); err != nil {
-			return fmt.Errorf("start leader election: %w", err)
-		}
+	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, eng, sc, rm, log, pw.leaderLoop)))
+	if err != nil {
+		return nil, err
 	}
-	// Resign first at shutdown (deferred last): a follower takes over within one interval.
-	defer el.Stop()
+	started.push(stopElection)
 	if err := om.Watch(metrics.SourcesOf(eng, st, el)); err != nil {
-		return err
+		return nil, err
 	}
 	stopLeaseLoops, err := startLeaseLoops(ctx, cfg, eng, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer stopLeaseLoops()
+	started.push(stopLeaseLoops)
 	adm, stopAdmission, err := startAdmission(ctx, cfg, st, be.redis, om, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer stopAdmission()
+	started.push(stopAdmission)
+	return &core{eng: eng, om: om, el: el, adm: adm, pools: pw.svc, stop: started.run}, nil
+}
 
+// startElection starts the election that runs work while this process leads. The embedded
+// mode's elector leads already and only gets the work; serve elects among its peers on
+// MariaDB, over a connection pool of the elector's own. stop resigns, then closes that pool.
+func startElection(ctx context.Context, cfg *config.Config, be *backends, log *slog.Logger,
+	work func(ctx context.Context, term int64)) (el leader.Elector, stop func(), err error) {
+	if be.elector != nil {
+		be.setLeaderWork(work)
+		return be.elector, be.elector.Stop, nil
+	}
+	el, closeEl, err := newMySQLElector(cfg, be.store, log, work)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := el.Start(ctx); err != nil {
+		closeEl()
+		return nil, nil, fmt.Errorf("start leader election: %w", err)
+	}
+	return el, func() { el.Stop(); closeEl() }, nil
+}
+
+// cleanups are the stops of what was started, run last first.
+type cleanups []func()
+
+func (c *cleanups) push(f func()) { *c = append(*c, f) }
+
+func (c cleanups) run() {
+	for i := len(c) - 1; i >= 0; i-- {
+		c[i]()
+	}
+}
+
+// buildAPI builds the API server over the core, says loudly when no token is configured, and
+// reloads the tokens file on SIGHUP.
+func buildAPI(ctx context.Context, cfg *config.Config, auth api.AuthOptions, be *backends, c *core, log *slog.Logger) *api.Server {
 	tokens := auth.Tokens
 	if tokens.Len() == 0 {
 		if auth.AllowUnauthenticatedLoopback {
@@ -160,24 +233,31 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 		}
 	}
 	srv := api.New(api.Options{
-		Engine:    eng,
+		Engine:    c.eng,
 		Config:    cfg,
 		Auth:      auth,
 		Logger:    log,
-		Leader:    el,
-		Metrics:   om.Registry,
-		Admission: adm,
-		Pools:     pw.svc,
+		Leader:    c.el,
+		Metrics:   c.om.Registry,
+		Admission: c.adm,
+		Pools:     c.pools,
 		Database:  be.database,
 	})
 	reloadTokensOnHangup(ctx, srv, cfg.TokensFile, tokens, log)
+	return srv
+}
+
+// listenAPI listens on http_addr and serves h there in the background, over HTTPS when
+// serverTLS is set. It returns the server, the address it listens on, and the channel that
+// receives the end of serving.
+func listenAPI(cfg *config.Config, h http.Handler, serverTLS *tls.Config, log *slog.Logger) (*http.Server, string, <-chan error, error) {
 	tcp, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		return nil, "", nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	// A connection opened ahead of need waits as an idle one, not against ReadHeaderTimeout.
 	ln := api.NewListener(tcp, api.IdleTimeout)
-	hs := api.NewHTTPServer(cfg.HTTPAddr, srv.Handler())
+	hs := api.NewHTTPServer(cfg.HTTPAddr, h)
 	hs.TLSConfig = serverTLS
 	serveErr := make(chan error, 1)
 	if hs.TLSConfig != nil {
@@ -186,19 +266,24 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	} else {
 		go func() { serveErr <- hs.Serve(ln) }()
 	}
-	log.Info("API listening", "http_addr", ln.Addr().String())
+	addr := ln.Addr().String()
+	log.Info("API listening", "http_addr", addr)
+	return hs, addr, serveErr, nil
+}
 
-	drain := func() {}
-	if opts.ready != nil {
-		self, err := selfAPIOf(cfg, ln.Addr().String(), serverTLS)
-		if err == nil {
-			drain, err = opts.ready(ctx, eng, self)
-		}
-		if err != nil {
-			_ = hs.Close()
-			return err
-		}
+// startReady runs serverOptions.ready once the API listens on addr, and returns what waits for
+// what it started to drain.
+func startReady(ctx context.Context, cfg *config.Config, ready func(context.Context, *engine.Engine, selfAPI) (func(), error),
+	eng *engine.Engine, addr string, serverTLS *tls.Config) (drain func(), err error) {
+	self, err := selfAPIOf(cfg, addr, serverTLS)
+	if err != nil {
+		return nil, err
 	}
+	return ready(ctx, eng, self)
+}
+
+// serveUntilDone waits until ctx ends (a signal) or the API server fails.
+func serveUntilDone(ctx context.Context, serveErr <-chan error) error {
 	select {
 	case err := <-serveErr:
 		if !errors.Is(err, http.ErrServerClosed) {
@@ -206,6 +291,13 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 		}
 	case <-ctx.Done():
 	}
+	return nil
+}
+
+// shutdown stops gracefully: what ready started drains first (workers still report their last
+// results through the API), then the API finishes its requests within the grace, then the
+// last submits' marks are written.
+func shutdown(ctx context.Context, cfg *config.Config, log *slog.Logger, hs *http.Server, drain func(), eng *engine.Engine) {
 	log.Info("shutting down", "grace", cfg.ShutdownGrace)
 	drain()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
@@ -217,7 +309,6 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	// publish those jobs again (harmless duplicates).
 	eng.FlushMarks(sctx)
 	log.Info("stopped")
-	return nil
 }
 
 // loadAuth loads the API tokens (tokens_file and env, the value of ORCH_API_TOKENS; a setting
