@@ -96,7 +96,7 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 		Actor: id.Actor()}
 	switch {
 	case p.JobID != "" && !engine.JobIDPattern.MatchString(p.JobID):
-		return p, badRequest("job_id", "must be 1 to 128 of A-Z a-z 0-9 . _ : -, and not . or ..")
+		return p, badID("job_id", engine.JobIDPattern)
 	case p.Type == "":
 		return p, badRequest("type", "is required")
 	case s.cfg.JobType(p.Type) == nil:
@@ -104,7 +104,7 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 	case p.Agent == "":
 		return p, badRequest("agent", "is required")
 	case !engine.AgentPattern.MatchString(p.Agent):
-		return p, badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -, and not . or ..")
+		return p, badID("agent", engine.AgentPattern)
 	case len(p.Payload) == 0:
 		return p, badRequest("payload", "is required (any JSON value, null included)")
 	case int64(len(p.Payload)) > s.cfg.MaxPayloadBytes:
@@ -258,7 +258,7 @@ func listParams(c *gin.Context, id Identity) (store.JobListParams, error) {
 		p.Agent = scope
 	}
 	if p.Agent != "" && !engine.AgentPattern.MatchString(p.Agent) {
-		return p, badRequest("agent", "must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+		return p, badID("agent", engine.AgentPattern)
 	}
 	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -387,7 +387,7 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if p.JobID == "" {
 		p.JobID = NewJobID()
 	} else if !JobIDPattern.MatchString(p.JobID) {
-		return nil, invalid("job_id", "must match %s, and not be . or ..", JobIDPattern)
+		return nil, invalid("job_id", "must be %s", JobIDPattern.Rule())
 	}
 	if p.Type == "" {
 		return nil, invalid("type", "is required")
@@ -400,7 +400,7 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 		return nil, invalid("agent", "is required")
 	}
 	if !AgentPattern.MatchString(p.Agent) {
-		return nil, invalid("agent", "must match %s, and not be . or ..", AgentPattern)
+		return nil, invalid("agent", "must be %s", AgentPattern.Rule())
 	}
 	if len(p.Payload) == 0 {
 		return nil, invalid("payload", "is required (any JSON value)")

@@ -265,7 +265,7 @@ expect 0 pools create batch --agent ops --model m --types sleep --workers 1
 until_ok 60 "pool batch running" pool_is batch running
 for i in 1 2 3; do expect 0 jobs submit --type sleep --agent ops --payload '{"ms": 60000}' --job-id "evict-$i" -q; done
 until_ok 60 "the 3 jobs in flight" eval '[ "$(in_flight sleep)" = 3 ]'
-expect 0 pools evict batch --wait --timeout 60s --poll 200ms
+expect 0 pools evict batch --wait --wait-timeout 60s --poll 200ms
 has "$OUT" "batch *evicted *0/1 *yes"
 ok "pools evict --wait: exit 0, evicted, no live worker"
 until_ok 30 "no job of the pool in flight" eval '[ "$(in_flight sleep)" = 0 ]'
@@ -304,7 +304,7 @@ expect 0 gpus
 has "$OUT" "$NODE"
 q '[.gpus[].memory_reserved_mb] | add >= 44000' gpus || fail "gpus does not show the reservations"
 ok "gpus shows what the leases reserve ($(val '[.gpus[].memory_reserved_mb] | add' gpus) MiB)"
-expect 0 pools evict gpu --wait --timeout 60s --poll 200ms
+expect 0 pools evict gpu --wait --wait-timeout 60s --poll 200ms
 has "$OUT" "gpu *evicted"
 expect 0 leases release --all --node "$NODE" --gpu "$LEASE_GPU"
 has "$OUT" "$LEASE .*released"
@@ -323,13 +323,13 @@ step "7. replay the dead-letter queue after a fix"
 expect 0 pools create tools --agent ops --model m --types flaky,noop,sleep --workers 1
 until_ok 60 "pool tools running" pool_is tools running
 for i in 1 2 3; do expect 0 jobs submit --type flaky --agent ops --payload "{\"n\": $i}" --job-id "dlq-$i" -q; done
-expect 3 jobs wait dlq-1 dlq-2 dlq-3 --timeout 60s --poll 200ms
+expect 3 jobs wait dlq-1 dlq-2 dlq-3 --wait-timeout 60s --poll 200ms
 ok "jobs wait: exit 3, the jobs are dead letters"
 expect 0 dlq list --type flaky --error-contains "upstream unavailable"
 [ "$(grep -c '^dlq-' <<<"$OUT")" = 3 ] || fail "dlq list does not show the 3 dead letters: $OUT"
 ok "dlq list shows them with their last error"
 printf '#!/bin/sh\ncat\n' >"$FLAKY.new" && chmod +x "$FLAKY.new" && mv "$FLAKY.new" "$FLAKY" # the fix
-expect 0 dlq replay --all --type flaky --error-contains "upstream unavailable" --wait --timeout 60s --poll 200ms
+expect 0 dlq replay --all --type flaky --error-contains "upstream unavailable" --wait --wait-timeout 60s --poll 200ms
 [ "$(grep -c '^dlq-.* done ' <<<"$OUT")" = 3 ] || fail "the replayed jobs are not all done: $OUT"
 expect 0 dlq list --type flaky
 has "$ERR" "no dead letters"
@@ -340,7 +340,7 @@ step "2. drain the cluster for maintenance"
 oc -o json pools list >"$WORK/pools-before.json"
 for i in 1 2 3 4; do expect 0 jobs submit --type sleep --agent ops --payload '{"ms": 4000}' --job-id "drain-$i" -q; done
 until_ok 60 "the drain jobs in flight" eval '[ "$(in_flight sleep)" = 4 ]'
-expect 0 control drain --wait --timeout 90s --poll 200ms
+expect 0 control drain --wait --wait-timeout 90s --poll 200ms
 q 'all(.pools[]; .status == "stopped" or (.status == "evicted" and .spawned_workers == 0))' pools list ||
   fail "not every pool is stopped: $(oc pools list)"
 ok "control drain --wait: exit 0, every pool stopped (or evicted and empty)"
@@ -367,7 +367,7 @@ jq -r '.pools[] | select(.status != "evicted") | "\(.pool_id) \(.desired_workers
   while read -r pool n; do oc pools scale "$pool" "$n" --restart >/dev/null || exit 1; done || fail "restarting the pools"
 until_ok 60 "pool tools running again" pool_is tools running
 ok "the pools are back with their saved sizes (drain step 5)"
-expect 0 jobs wait redis-1 redis-2 redis-3 redis-4 redis-5 --timeout 60s --poll 200ms
+expect 0 jobs wait redis-1 redis-2 redis-3 redis-4 redis-5 --wait-timeout 60s --poll 200ms
 ok "every job queued before the loss finished"
 
 # ---- 3. Recover from a dead leader -------------------------------------------------------
@@ -415,7 +415,7 @@ ok "new lines appended; rolling restart done"
 ADMIN=$NEW_ADMIN
 expect 0 jobs list --limit 1
 ok "the new admin token works"
-expect 0 pools drain tools --wait --timeout 60s --poll 200ms
+expect 0 pools drain tools --wait --wait-timeout 60s --poll 200ms
 expect 0 pools scale tools 1 --restart
 until_ok 60 "pool tools running on the new worker token" pool_is tools running
 ok "the pool's workers restarted onto the new worker token"

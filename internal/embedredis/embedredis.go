@@ -18,8 +18,9 @@
 //     of being dropped. Streams must therefore never lose entries that are still pending:
 //     streams.TrimUnneeded only trims below the oldest pending or unread entry, which keeps
 //     that true; a consumer must not XDEL entries of a group stream either.
-//   - XINFO GROUPS reports lag as the stream's length and entries-read as nil. Queue depth and
-//     lag must be computed from the store (pending jobs) or from XLEN/XPENDING, never from lag.
+//   - XINFO GROUPS reports lag as the stream's length and entries-read as nil. Nothing may
+//     take that lag as is: streams.GroupStats counts the entries after the last delivered id
+//     when the reported lag cannot be trusted.
 //     It reports the last-delivered-id of a group that never delivered an entry as "0" (Redis:
 //     "0-0"); whatever parses it must take both.
 //   - XPENDING's summary leaves out pending entries whose stream entry was deleted (Redis
