@@ -12,6 +12,7 @@ import (
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/embedredis"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
 
@@ -132,17 +133,12 @@ func TestClaimEntryCheckBeforeLocks(t *testing.T) {
 	t.Run("SlowCheckKeepsTheTTL", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		group := streams.GroupName("noop")
-		require.NoError(t, b.streams.EnsureGroup(ctx, "noop", group))
-		job := b.submit(t, "noop")
-		ds, err := b.streams.Read(ctx, streams.ReadParams{Group: group, Consumer: "w1", Streams: []string{"noop"}, Count: 10, Block: 5 * time.Second})
-		require.NoError(t, err)
-		require.NotEmpty(t, ds)
+		job, item := readOneNoop(t, b, "w1")
 		// The check takes 20 s of the engine's clock.
 		b.streams.Redis().AddHook(xpendingHook{do: func(context.Context) error { b.clock.Add(20 * time.Second); return nil }})
 		before := b.clock.Now()
 		res, err := b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", CheckEntries: true,
-			Items: []engine.ClaimItem{{JobID: job.ID, Stream: "noop", MessageID: ds[len(ds)-1].ID}}})
+			Items: []engine.ClaimItem{item}})
 		require.NoError(t, err)
 		require.Len(t, res.Claimed, 1, "%+v", res.Refused)
 		lease := res.Leases[job.ID]
@@ -154,22 +150,31 @@ func TestClaimEntryCheckBeforeLocks(t *testing.T) {
 	t.Run("HungRedisFailsTheClaimAlone", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		group := streams.GroupName("noop")
-		require.NoError(t, b.streams.EnsureGroup(ctx, "noop", group))
-		job := b.submit(t, "noop")
-		ds, err := b.streams.Read(ctx, streams.ReadParams{Group: group, Consumer: "w1", Streams: []string{"noop"}, Count: 10, Block: 5 * time.Second})
-		require.NoError(t, err)
-		require.NotEmpty(t, ds)
+		job, item := readOneNoop(t, b, "w1")
 		b.streams.Redis().AddHook(xpendingHook{do: func(ctx context.Context) error {
 			<-ctx.Done() // hangs until the check gives up
 			return ctx.Err()
 		}})
-		_, err = b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", CheckEntries: true,
-			Items: []engine.ClaimItem{{JobID: job.ID, Stream: "noop", MessageID: ds[len(ds)-1].ID}}})
+		_, err := b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", CheckEntries: true,
+			Items: []engine.ClaimItem{item}})
 		require.ErrorIs(t, err, streams.ErrUnavailable)
 		now, err := b.store.JobGet(ctx, job.ID)
 		require.NoError(t, err)
 		require.EqualValues(t, "pending", now.Status)
 		require.Zero(t, now.Attempts)
 	})
+}
+
+// readOneNoop submits a noop job and reads its entry as consumer; it returns the job and the
+// claim item of that entry.
+func readOneNoop(t *testing.T, b *bundle, consumer string) (store.Job, engine.ClaimItem) {
+	t.Helper()
+	ctx := context.Background()
+	group := streams.GroupName("noop")
+	require.NoError(t, b.streams.EnsureGroup(ctx, "noop", group))
+	job := b.submit(t, "noop")
+	ds, err := b.streams.Read(ctx, streams.ReadParams{Group: group, Consumer: consumer, Streams: []string{"noop"}, Count: 10, Block: 5 * time.Second})
+	require.NoError(t, err)
+	require.NotEmpty(t, ds)
+	return job, engine.ClaimItem{JobID: job.ID, Stream: "noop", MessageID: ds[len(ds)-1].ID}
 }
