@@ -11,10 +11,10 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuorch/orchestrator/admission"
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // CheckAdmission is the /readyz entry of admission control: degraded while the limiter's Redis
@@ -142,13 +142,13 @@ func (s *Server) getAdmission(c *gin.Context) {
 }
 
 // putAdmission handles PUT /control/admission: 200 with the policy as stored. Absent fields
-// keep their current values (see client.AdmissionPolicyUpdate).
+// keep their current values (see wire.AdmissionPolicyUpdate).
 func (s *Server) putAdmission(c *gin.Context) {
 	if s.admission == nil {
 		s.writeError(c, errNoAdmission)
 		return
 	}
-	var body client.AdmissionPolicyUpdate
+	var body wire.AdmissionPolicyUpdate
 	if err := decodeJSON(c, admissionBodyBytes, &body); err != nil {
 		s.writeError(c, err)
 		return
@@ -199,15 +199,15 @@ func (s *Server) deleteAdmission(c *gin.Context) {
 func checkPolicyAgent(agent string) error {
 	switch {
 	case agent == "":
-		return badRequest("agent", "is required (an agent name, or %q for the default policy)", client.AdmissionDefaultAgent)
+		return badRequest("agent", "is required (an agent name, or %q for the default policy)", wire.AdmissionDefaultAgent)
 	case agent != store.AdmissionDefaultAgent && !engine.AgentPattern.MatchString(agent):
-		return badRequest("agent", "must be %q or %s", client.AdmissionDefaultAgent, engine.AgentPattern.Rule())
+		return badRequest("agent", "must be %q or %s", wire.AdmissionDefaultAgent, engine.AgentPattern.Rule())
 	}
 	return nil
 }
 
-func policyToWire(p store.AdmissionPolicy, stored bool) client.AdmissionPolicy {
-	out := client.AdmissionPolicy{Agent: p.Agent, RatePerSec: p.RatePerSec, Burst: p.Burst,
+func policyToWire(p store.AdmissionPolicy, stored bool) wire.AdmissionPolicy {
+	out := wire.AdmissionPolicy{Agent: p.Agent, RatePerSec: p.RatePerSec, Burst: p.Burst,
 		MaxPending: p.MaxPending, Enabled: p.Enabled}
 	if stored {
 		out.UpdatedAt = utcPtr(&p.UpdatedAt)
@@ -215,16 +215,16 @@ func policyToWire(p store.AdmissionPolicy, stored bool) client.AdmissionPolicy {
 	return out
 }
 
-func admissionStatusToWire(st admission.Status) client.AdmissionStatus {
-	out := client.AdmissionStatus{
+func admissionStatusToWire(st admission.Status) wire.AdmissionStatus {
+	out := wire.AdmissionStatus{
 		Enabled:          st.Enabled,
 		DefaultPolicy:    policyToWire(st.DefaultPolicy, st.DefaultFromTable),
 		DefaultSource:    "config",
-		Policies:         make([]client.AdmissionPolicy, 0, len(st.Policies)),
+		Policies:         make([]wire.AdmissionPolicy, 0, len(st.Policies)),
 		PoliciesLoadedAt: timePtr(st.PoliciesLoadedAt),
-		Queues:           make([]client.AdmissionQueue, 0, len(st.Queues)),
-		RefreshInterval:  client.Duration(st.RefreshInterval),
-		Limiter: client.AdmissionLimiter{State: "up", DownSince: timePtr(st.Limiter.DownSince),
+		Queues:           make([]wire.AdmissionQueue, 0, len(st.Queues)),
+		RefreshInterval:  wire.Duration(st.RefreshInterval),
+		Limiter: wire.AdmissionLimiter{State: "up", DownSince: timePtr(st.Limiter.DownSince),
 			OnDownGPU: st.LimiterDownGPU, OnDownCPU: st.LimiterDownCPU},
 	}
 	if st.DefaultFromTable {
@@ -234,7 +234,7 @@ func admissionStatusToWire(st admission.Status) client.AdmissionStatus {
 		out.Policies = append(out.Policies, policyToWire(p, true))
 	}
 	for _, q := range st.Queues {
-		out.Queues = append(out.Queues, client.AdmissionQueue{Type: q.Type, Backlog: q.Backlog, Limit: q.Limit,
+		out.Queues = append(out.Queues, wire.AdmissionQueue{Type: q.Type, Backlog: q.Backlog, Limit: q.Limit,
 			Full: q.Full, CPUFallback: q.CPUFallback})
 	}
 	if !st.Limiter.Up {
@@ -244,18 +244,18 @@ func admissionStatusToWire(st admission.Status) client.AdmissionStatus {
 		}
 	}
 	g, p := st.GPU, st.GPU.Pressure
-	out.GPU = client.AdmissionGPUGate{
-		State: client.GateOpen, PressurePct: pct(p.Ratio), UsedMB: p.UsedMB, TotalMB: p.TotalMB,
+	out.GPU = wire.AdmissionGPUGate{
+		State: wire.GateOpen, PressurePct: pct(p.Ratio), UsedMB: p.UsedMB, TotalMB: p.TotalMB,
 		FreshGPUs: p.FreshGPUs, StaleGPUs: p.StaleGPUs, HighWatermarkPct: g.HighPct, LowWatermarkPct: g.LowPct,
-		Hold: client.Duration(g.Hold), ClosedSince: timePtr(g.ClosedSince), HoldUntil: timePtr(g.HoldUntil),
-		MeasuredAt: timePtr(p.MeasuredAt), Nodes: make([]client.AdmissionNodePressure, 0, len(p.Nodes)),
+		Hold: wire.Duration(g.Hold), ClosedSince: timePtr(g.ClosedSince), HoldUntil: timePtr(g.HoldUntil),
+		MeasuredAt: timePtr(p.MeasuredAt), Nodes: make([]wire.AdmissionNodePressure, 0, len(p.Nodes)),
 	}
 	if g.Closed {
-		out.GPU.State = client.GateClosed
+		out.GPU.State = wire.GateClosed
 	}
 	for _, n := range p.Nodes {
-		out.GPU.Nodes = append(out.GPU.Nodes, client.AdmissionNodePressure{NodeID: n.NodeID, PressurePct: pct(n.Ratio),
-			UsedMB: n.UsedMB, TotalMB: n.TotalMB, GPUs: n.GPUs, Fresh: n.Fresh, Age: client.Duration(n.Age)})
+		out.GPU.Nodes = append(out.GPU.Nodes, wire.AdmissionNodePressure{NodeID: n.NodeID, PressurePct: pct(n.Ratio),
+			UsedMB: n.UsedMB, TotalMB: n.TotalMB, GPUs: n.GPUs, Fresh: n.Fresh, Age: wire.Duration(n.Age)})
 	}
 	return out
 }

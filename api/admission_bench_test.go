@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Load of BenchmarkSubmitAdmission: concurrent clients, submits per round and arm.
@@ -41,7 +41,7 @@ const (
 func BenchmarkSubmitAdmission(b *testing.B) {
 	off := setup(b)
 	on, _ := setupAdmission(b, nil)
-	for _, u := range []client.AdmissionPolicyUpdate{
+	for _, u := range []wire.AdmissionPolicyUpdate{
 		{Agent: "alice", RatePerSec: ptr(1e6), Burst: ptr(10_000_000)},
 		{Agent: "bob", RatePerSec: ptr(99.0), Burst: ptr(10_000_000)},
 	} {
@@ -94,7 +94,7 @@ func submitRound(b *testing.B, bn *bundle, who string, seq *atomic.Int64) time.D
 	for range benchClients {
 		wg.Go(func() {
 			for next.Add(1) <= benchRound {
-				body := client.SubmitRequest{JobID: fmt.Sprintf("bench-%d", seq.Add(1)), Type: "noop", Payload: []byte(`{}`)}
+				body := wire.SubmitRequest{JobID: fmt.Sprintf("bench-%d", seq.Add(1)), Type: "noop", Payload: []byte(`{}`)}
 				if rec := serve(b, bn, http.MethodPost, "/jobs/submit", who, body); rec.Code != http.StatusAccepted {
 					b.Errorf("submit: %d %s", rec.Code, rec.Body.String())
 					return

@@ -15,12 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/admission"
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // admissionTypes: a CPU type, a GPU type whose queue of 1 overflows into a CPU type.
@@ -61,8 +61,8 @@ func setupAdmission(t testing.TB, limiterRedis redis.UniversalClient) (*bundle, 
 	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}, ctl
 }
 
-func admSubmit(id, typ, agent string) client.SubmitRequest {
-	return client.SubmitRequest{JobID: id, Type: typ, Agent: agent, Payload: []byte(`{}`)}
+func admSubmit(id, typ, agent string) wire.SubmitRequest {
+	return wire.SubmitRequest{JobID: id, Type: typ, Agent: agent, Payload: []byte(`{}`)}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -71,14 +71,14 @@ func TestSubmitAdmission(t *testing.T) {
 	t.Parallel()
 	b, ctl := setupAdmission(t, nil)
 	rec := b.request(t, http.MethodPut, "/control/admission", "admin",
-		client.AdmissionPolicyUpdate{Agent: "alice", RatePerSec: ptr(0.01), Burst: ptr(1)})
+		wire.AdmissionPolicyUpdate{Agent: "alice", RatePerSec: ptr(0.01), Burst: ptr(1)})
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 
 	t.Run("RateLimited", func(t *testing.T) {
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", admSubmit("a-1", "noop", ""))
 		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
 		rec = b.request(t, http.MethodPost, "/jobs/submit", "alice", admSubmit("a-2", "noop", ""))
-		d := requireError(t, rec, http.StatusTooManyRequests, client.CodeRateLimited, "")
+		d := requireError(t, rec, http.StatusTooManyRequests, wire.CodeRateLimited, "")
 		require.Contains(t, d.Message, "alice")
 		retry, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 		require.NoError(t, err)
@@ -90,8 +90,8 @@ func TestSubmitAdmission(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 
 		// Lease requests take from the same bucket.
-		rec = b.request(t, http.MethodPost, "/leases", "alice", client.LeaseRequest{Mode: client.LeaseModeCPU})
-		requireError(t, rec, http.StatusTooManyRequests, client.CodeRateLimited, "")
+		rec = b.request(t, http.MethodPost, "/leases", "alice", wire.LeaseRequest{Mode: wire.LeaseModeCPU})
+		requireError(t, rec, http.StatusTooManyRequests, wire.CodeRateLimited, "")
 		require.NotEmpty(t, rec.Header().Get("Retry-After"))
 
 		// Another agent is unaffected.
@@ -102,13 +102,13 @@ func TestSubmitAdmission(t *testing.T) {
 	t.Run("RoutedToCPUFallback", func(t *testing.T) {
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "bob", admSubmit("r-1", "infer", ""))
 		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
-		require.Equal(t, client.SubmitResponse{JobID: "r-1", Status: "pending", Created: true}, decode[client.SubmitResponse](t, rec))
+		require.Equal(t, wire.SubmitResponse{JobID: "r-1", Status: "pending", Created: true}, decode[wire.SubmitResponse](t, rec))
 
 		rec = b.request(t, http.MethodPost, "/jobs/submit", "bob", admSubmit("r-2", "infer", ""))
 		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
-		require.Equal(t, client.SubmitResponse{JobID: "r-2", Status: "pending", Created: true, Type: "infer_cpu", RoutedFrom: "infer"},
-			decode[client.SubmitResponse](t, rec), "the answer says where the job went")
-		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/r-2", "bob", nil))
+		require.Equal(t, wire.SubmitResponse{JobID: "r-2", Status: "pending", Created: true, Type: "infer_cpu", RoutedFrom: "infer"},
+			decode[wire.SubmitResponse](t, rec), "the answer says where the job went")
+		job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/r-2", "bob", nil))
 		require.Equal(t, "infer_cpu", job.Type)
 	})
 
@@ -119,16 +119,16 @@ func TestSubmitAdmission(t *testing.T) {
 		require.NoError(t, ctl.Refresh(t.Context()))
 
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "admin", admSubmit("g-1", "infer", "carol"))
-		d := requireError(t, rec, http.StatusTooManyRequests, client.CodeGPUPressure, "")
+		d := requireError(t, rec, http.StatusTooManyRequests, wire.CodeGPUPressure, "")
 		require.Contains(t, d.Message, "99.0% used")
 		require.Equal(t, "30", rec.Header().Get("Retry-After"), "the hold")
-		rec = b.request(t, http.MethodPost, "/leases", "admin", client.LeaseRequest{Agent: "carol", NodeID: "hot", MinMemoryMB: 1})
-		requireError(t, rec, http.StatusTooManyRequests, client.CodeGPUPressure, "")
+		rec = b.request(t, http.MethodPost, "/leases", "admin", wire.LeaseRequest{Agent: "carol", NodeID: "hot", MinMemoryMB: 1})
+		requireError(t, rec, http.StatusTooManyRequests, wire.CodeGPUPressure, "")
 		rec = b.request(t, http.MethodPost, "/jobs/submit", "admin", admSubmit("g-2", "noop", "carol"))
 		require.Equal(t, http.StatusAccepted, rec.Code, "CPU work goes on: %s", rec.Body.String())
 
-		st := decode[client.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
-		require.Equal(t, client.GateClosed, st.GPU.State)
+		st := decode[wire.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
+		require.Equal(t, wire.GateClosed, st.GPU.State)
 		require.Equal(t, 99.0, st.GPU.PressurePct)
 		require.NotNil(t, st.GPU.HoldUntil)
 		require.Len(t, st.GPU.Nodes, 1)
@@ -144,7 +144,7 @@ func TestAdmissionControlRoutes(t *testing.T) {
 		t.Parallel()
 		requireError(t, b.request(t, http.MethodGet, "/control/admission", "alice", nil), http.StatusForbidden, CodeForbidden, "")
 		requireError(t, b.request(t, http.MethodPut, "/control/admission", "alice",
-			client.AdmissionPolicyUpdate{Agent: "alice", RatePerSec: ptr(1e6)}), http.StatusForbidden, CodeForbidden, "")
+			wire.AdmissionPolicyUpdate{Agent: "alice", RatePerSec: ptr(1e6)}), http.StatusForbidden, CodeForbidden, "")
 		requireError(t, b.request(t, http.MethodDelete, "/control/admission/alice", "worker", nil), http.StatusForbidden, CodeForbidden, "")
 		requireError(t, b.request(t, http.MethodGet, "/control/admission", "", nil), http.StatusUnauthorized, CodeUnauthorized, "")
 	})
@@ -155,37 +155,37 @@ func TestAdmissionControlRoutes(t *testing.T) {
 			body  any
 			field string
 		}{
-			{client.AdmissionPolicyUpdate{}, "agent"},
-			{client.AdmissionPolicyUpdate{Agent: "no spaces"}, "agent"},
-			{client.AdmissionPolicyUpdate{Agent: "x", RatePerSec: ptr(0.0)}, "rate_per_sec"},
-			{client.AdmissionPolicyUpdate{Agent: "x", Burst: ptr(0)}, "burst"},
-			{client.AdmissionPolicyUpdate{Agent: "x", MaxPending: ptr(-3)}, "max_pending"},
+			{wire.AdmissionPolicyUpdate{}, "agent"},
+			{wire.AdmissionPolicyUpdate{Agent: "no spaces"}, "agent"},
+			{wire.AdmissionPolicyUpdate{Agent: "x", RatePerSec: ptr(0.0)}, "rate_per_sec"},
+			{wire.AdmissionPolicyUpdate{Agent: "x", Burst: ptr(0)}, "burst"},
+			{wire.AdmissionPolicyUpdate{Agent: "x", MaxPending: ptr(-3)}, "max_pending"},
 			{`{"agent": "x", "rate": 5}`, "rate"},
 		} {
 			rec := b.request(t, http.MethodPut, "/control/admission", "admin", tc.body)
 			require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
-			require.Equal(t, tc.field, decode[client.ErrorBody](t, rec).Error.Field, rec.Body.String())
+			require.Equal(t, tc.field, decode[wire.ErrorBody](t, rec).Error.Field, rec.Body.String())
 		}
 	})
 
 	t.Run("PutGetDelete", func(t *testing.T) { // not parallel: the default policy is everyone's
 		rec := b.request(t, http.MethodPut, "/control/admission", "admin",
-			client.AdmissionPolicyUpdate{Agent: "dave", RatePerSec: ptr(2.5), MaxPending: ptr(10)})
+			wire.AdmissionPolicyUpdate{Agent: "dave", RatePerSec: ptr(2.5), MaxPending: ptr(10)})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		p := decode[client.AdmissionPolicy](t, rec)
-		require.Equal(t, client.AdmissionPolicy{Agent: "dave", RatePerSec: 2.5, Burst: 5, MaxPending: 10, Enabled: true,
+		p := decode[wire.AdmissionPolicy](t, rec)
+		require.Equal(t, wire.AdmissionPolicy{Agent: "dave", RatePerSec: 2.5, Burst: 5, MaxPending: 10, Enabled: true,
 			UpdatedAt: p.UpdatedAt}, p)
 		require.NotNil(t, p.UpdatedAt)
 
-		st := decode[client.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
+		st := decode[wire.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
 		require.True(t, st.Enabled)
 		require.Equal(t, "config", st.DefaultSource)
 		require.Nil(t, st.DefaultPolicy.UpdatedAt)
 		require.Contains(t, st.Policies, p)
-		require.Equal(t, []client.AdmissionQueue{{Type: "infer", Limit: 1, CPUFallback: "infer_cpu"}}, st.Queues)
+		require.Equal(t, []wire.AdmissionQueue{{Type: "infer", Limit: 1, CPUFallback: "infer_cpu"}}, st.Queues)
 		require.Equal(t, "up", st.Limiter.State)
 		require.Equal(t, "closed", st.Limiter.OnDownGPU)
-		require.Equal(t, client.GateOpen, st.GPU.State)
+		require.Equal(t, wire.GateOpen, st.GPU.State)
 
 		rec = b.request(t, http.MethodDelete, "/control/admission/dave", "admin", nil)
 		require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
@@ -194,9 +194,9 @@ func TestAdmissionControlRoutes(t *testing.T) {
 
 	t.Run("DefaultPolicy", func(t *testing.T) { // not parallel: the default policy is everyone's
 		rec := b.request(t, http.MethodPut, "/control/admission", "admin",
-			client.AdmissionPolicyUpdate{Agent: client.AdmissionDefaultAgent, Burst: ptr(20000)})
+			wire.AdmissionPolicyUpdate{Agent: wire.AdmissionDefaultAgent, Burst: ptr(20000)})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		st := decode[client.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
+		st := decode[wire.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
 		require.Equal(t, "table", st.DefaultSource)
 		require.Equal(t, 20000, st.DefaultPolicy.Burst)
 		rec = b.request(t, http.MethodDelete, "/control/admission/*", "admin", nil)
@@ -224,12 +224,12 @@ func TestAdmissionLimiterDown(t *testing.T) {
 
 	rec = b.request(t, http.MethodGet, "/readyz", "", nil)
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
-	h := decode[client.Health](t, rec)
+	h := decode[wire.Health](t, rec)
 	require.Contains(t, h.Checks[CheckAdmission], "limiter unreachable")
 	require.Contains(t, h.Checks[CheckAdmission], "GPU work fails closed")
 	require.Equal(t, "ok", h.Checks[CheckRedis], "the engine's Redis is up; only the limiter's is down")
 
-	st := decode[client.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
+	st := decode[wire.AdmissionStatus](t, b.request(t, http.MethodGet, "/control/admission", "admin", nil))
 	require.Equal(t, "down", st.Limiter.State)
 	require.NotNil(t, st.Limiter.DownSince)
 }
@@ -240,6 +240,6 @@ func TestAdmissionNotRunning(t *testing.T) {
 	requireError(t, b.request(t, http.MethodGet, "/control/admission", "admin", nil), http.StatusNotFound, CodeNotFound, "")
 	rec := b.request(t, http.MethodGet, "/readyz", "", nil)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	_, present := decode[client.Health](t, rec).Checks[CheckAdmission]
+	_, present := decode[wire.Health](t, rec).Checks[CheckAdmission]
 	require.False(t, present)
 }

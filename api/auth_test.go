@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // authRoute is one route of the auth table; path and body may depend on the bundle (a fresh job
@@ -38,16 +38,16 @@ func aliceJob(suffix string) func(*testing.T, *bundle) string {
 }
 
 var authRoutes = []authRoute{
-	{"Submit", http.MethodPost, fixed("/jobs/submit"), client.SubmitRequest{Type: "noop", Agent: "alice", Payload: []byte(`{}`)},
+	{"Submit", http.MethodPost, fixed("/jobs/submit"), wire.SubmitRequest{Type: "noop", Agent: "alice", Payload: []byte(`{}`)},
 		map[string]int{"alice": 202, "admin": 202}},
 	{"GetJob", http.MethodGet, aliceJob(""), nil, map[string]int{"alice": 200, "admin": 200}},
 	{"ListJobs", http.MethodGet, fixed("/jobs"), nil, map[string]int{"alice": 200, "admin": 200}},
 	{"CancelJob", http.MethodPost, aliceJob("/cancel"), nil, map[string]int{"alice": 200, "admin": 200}},
-	{"Claim", http.MethodPost, fixed("/internal/jobs/claim"), client.ClaimRequest{WorkerID: "w1", Jobs: []client.ClaimItem{}},
+	{"Claim", http.MethodPost, fixed("/internal/jobs/claim"), wire.ClaimRequest{WorkerID: "w1", Jobs: []wire.ClaimItem{}},
 		map[string]int{"worker": 200, "admin": 200}},
-	{"Start", http.MethodPost, fixed("/internal/jobs/start"), client.StartRequest{WorkerID: "w1", JobIDs: []string{}},
+	{"Start", http.MethodPost, fixed("/internal/jobs/start"), wire.StartRequest{WorkerID: "w1", JobIDs: []string{}},
 		map[string]int{"worker": 200, "admin": 200}},
-	{"Complete", http.MethodPost, fixed("/internal/jobs/complete"), client.CompleteRequest{WorkerID: "w1", Results: []client.JobResult{}},
+	{"Complete", http.MethodPost, fixed("/internal/jobs/complete"), wire.CompleteRequest{WorkerID: "w1", Results: []wire.JobResult{}},
 		map[string]int{"worker": 200, "admin": 200}},
 	{"Healthz", http.MethodGet, fixed("/healthz"), nil, map[string]int{"": 200, "unknown": 200, "alice": 200, "worker": 200, "admin": 200}},
 	{"Readyz", http.MethodGet, fixed("/readyz"), nil, map[string]int{"": 200, "unknown": 200, "alice": 200, "worker": 200, "admin": 200}},
@@ -116,7 +116,7 @@ func TestAuthAgentBinding(t *testing.T) {
 	t.Run("SubmitForAnotherAgent", func(t *testing.T) {
 		t.Parallel()
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "alice",
-			client.SubmitRequest{Type: "noop", Agent: "bob", Payload: []byte(`{}`)})
+			wire.SubmitRequest{Type: "noop", Agent: "bob", Payload: []byte(`{}`)})
 		requireError(t, rec, http.StatusForbidden, CodeForbidden, "")
 	})
 	t.Run("ListAnotherAgent", func(t *testing.T) {
@@ -153,11 +153,11 @@ func TestAuthAgentSeesOnlyOwnJobs(t *testing.T) {
 	requireError(t, rec, http.StatusNotFound, CodeNotFound, "")
 	rec = b.request(t, http.MethodGet, "/jobs/"+bobs, "bob", nil)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	require.Equal(t, "pending", decode[client.Job](t, rec).Status, "alice's cancel must not have applied")
+	require.Equal(t, "pending", decode[wire.Job](t, rec).Status, "alice's cancel must not have applied")
 
-	list := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs", "alice", nil))
+	list := decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs", "alice", nil))
 	require.Empty(t, list.Jobs)
-	list = decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs", "admin", nil))
+	list = decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs", "admin", nil))
 	require.Len(t, list.Jobs, 1)
 }
 

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // jsonContentType is the Content-Type of a JSON answer, as gin's c.JSON sets it.
@@ -26,9 +26,9 @@ const claimedPrefix = `{"claimed":[`
 //
 // The payload bytes are copied unchanged, so characters that json.Marshal would escape for
 // HTML (<, >, &) stay as they were submitted. Both forms decode to the same value.
-func encodeClaimResponse(resp client.ClaimResponse) ([]byte, error) {
+func encodeClaimResponse(resp wire.ClaimResponse) ([]byte, error) {
 	claimed := resp.Claimed
-	resp.Claimed = []client.ClaimedJob{}
+	resp.Claimed = []wire.ClaimedJob{}
 	rest, err := json.Marshal(resp)
 	if err != nil {
 		return nil, fmt.Errorf("encode claim response: %w", err)
@@ -55,7 +55,7 @@ func encodeClaimResponse(resp client.ClaimResponse) ([]byte, error) {
 
 // appendClaimedJob appends the encoding of cj to out, with its payload copied as it is (null
 // when it has none).
-func appendClaimedJob(out []byte, cj client.ClaimedJob) ([]byte, error) {
+func appendClaimedJob(out []byte, cj wire.ClaimedJob) ([]byte, error) {
 	payload := cj.Payload
 	cj.Payload = nil
 	b, err := json.Marshal(cj)

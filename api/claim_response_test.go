@@ -9,21 +9,21 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 func TestEncodeClaimResponse(t *testing.T) {
 	t.Parallel()
 	gpu := 1
 	expires := time.Date(2026, 11, 26, 7, 0, 0, 123456000, time.UTC)
-	job := func(id string, payload string) client.ClaimedJob {
-		return client.ClaimedJob{JobID: id, Type: "inference", Payload: json.RawMessage(payload), Attempt: 2,
-			Timeout: client.Duration(time.Minute), LeaseToken: "lt_" + id, GPUIndex: &gpu, GPUMemoryMB: 1024,
-			LeaseTTL: client.Duration(30 * time.Second), LeaseExpiresAt: &expires}
+	job := func(id string, payload string) wire.ClaimedJob {
+		return wire.ClaimedJob{JobID: id, Type: "inference", Payload: json.RawMessage(payload), Attempt: 2,
+			Timeout: wire.Duration(time.Minute), LeaseToken: "lt_" + id, GPUIndex: &gpu, GPUMemoryMB: 1024,
+			LeaseTTL: wire.Duration(30 * time.Second), LeaseExpiresAt: &expires}
 	}
-	rest := client.ClaimResponse{
-		Refused:  []client.ClaimRefusal{{JobID: "gone", Reason: client.ReasonNotFound}},
-		Outcomes: []client.CompleteOutcome{{JobID: "prev", Outcome: "done"}},
+	rest := wire.ClaimResponse{
+		Refused:  []wire.ClaimRefusal{{JobID: "gone", Reason: wire.ReasonNotFound}},
+		Outcomes: []wire.CompleteOutcome{{JobID: "prev", Outcome: "done"}},
 		Cancel:   []string{"c1"},
 	}
 
@@ -31,10 +31,10 @@ func TestEncodeClaimResponse(t *testing.T) {
 		// Compact payloads without characters escaped for HTML: byte for byte what
 		// json.Marshal writes.
 		t.Parallel()
-		for _, resp := range []client.ClaimResponse{
-			{Claimed: []client.ClaimedJob{}, Refused: []client.ClaimRefusal{}},
-			{Claimed: []client.ClaimedJob{job("a", `{}`)}, Refused: []client.ClaimRefusal{}},
-			{Claimed: []client.ClaimedJob{job("a", `{"prompt":"héllo \"quoted\"","n":[1,2.5,null,true]}`),
+		for _, resp := range []wire.ClaimResponse{
+			{Claimed: []wire.ClaimedJob{}, Refused: []wire.ClaimRefusal{}},
+			{Claimed: []wire.ClaimedJob{job("a", `{}`)}, Refused: []wire.ClaimRefusal{}},
+			{Claimed: []wire.ClaimedJob{job("a", `{"prompt":"héllo \"quoted\"","n":[1,2.5,null,true]}`),
 				job("b", `"payload"`), job("c", `null`), {JobID: "d", Type: "t", Payload: json.RawMessage(`[]`)}},
 				Refused: rest.Refused, Outcomes: rest.Outcomes, Cancel: rest.Cancel},
 		} {
@@ -52,13 +52,13 @@ func TestEncodeClaimResponse(t *testing.T) {
 		t.Parallel()
 		payload := "{ \"html\": \"<b>a & b</b>\",\n  \"k\": [1, 2] }"
 		resp := rest
-		resp.Claimed = []client.ClaimedJob{job("a", payload), job("b", `{}`)}
+		resp.Claimed = []wire.ClaimedJob{job("a", payload), job("b", `{}`)}
 		got, err := encodeClaimResponse(resp)
 		require.NoError(t, err)
 		require.True(t, json.Valid(got), "%s", got)
 		require.Contains(t, string(got), `"payload":`+payload+`,"attempt":2`)
 
-		var decoded client.ClaimResponse
+		var decoded wire.ClaimResponse
 		require.NoError(t, json.Unmarshal(got, &decoded))
 		require.Len(t, decoded.Claimed, 2)
 		require.JSONEq(t, payload, string(decoded.Claimed[0].Payload))
@@ -68,7 +68,7 @@ func TestEncodeClaimResponse(t *testing.T) {
 
 	t.Run("MissingPayloadIsNull", func(t *testing.T) {
 		t.Parallel()
-		resp := client.ClaimResponse{Claimed: []client.ClaimedJob{{JobID: "a", Type: "t"}}, Refused: []client.ClaimRefusal{}}
+		resp := wire.ClaimResponse{Claimed: []wire.ClaimedJob{{JobID: "a", Type: "t"}}, Refused: []wire.ClaimRefusal{}}
 		got, err := encodeClaimResponse(resp)
 		require.NoError(t, err)
 		require.Contains(t, string(got), `"payload":null`)
@@ -98,12 +98,12 @@ func FuzzEncodeClaimResponse(f *testing.F) {
 		if !json.Valid([]byte(payload)) {
 			t.Skip("payloads are JSON by the time they are claimed")
 		}
-		resp := client.ClaimResponse{
-			Claimed: []client.ClaimedJob{
+		resp := wire.ClaimResponse{
+			Claimed: []wire.ClaimedJob{
 				{JobID: id, Type: typ, Payload: json.RawMessage(payload), Attempt: 1},
 				{JobID: typ, Type: id, Payload: json.RawMessage(`{}`)},
 			},
-			Refused: []client.ClaimRefusal{{JobID: id, Reason: client.ReasonNotPending, Detail: payload}},
+			Refused: []wire.ClaimRefusal{{JobID: id, Reason: wire.ReasonNotPending, Detail: payload}},
 		}
 		want, err := json.Marshal(resp)
 		if err != nil {

@@ -12,10 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // post sends body (a string as is, anything else as JSON) with a bearer token over real HTTP.
@@ -76,10 +76,10 @@ func TestClaimNeedsADeliveredEntry(t *testing.T) {
 		for _, who := range []string{"worker", "admin"} {
 			status, body := post(t, srv.URL+"/internal/jobs/claim", b.tokens[who], fake)
 			require.Equal(t, http.StatusOK, status, string(body))
-			var res client.ClaimResponse
+			var res wire.ClaimResponse
 			require.NoError(t, json.Unmarshal(body, &res))
 			require.Empty(t, res.Claimed, "%s: %s", who, fake)
-			require.Equal(t, []client.ClaimRefusal{{JobID: id, Reason: client.ReasonNotDelivered}}, res.Refused)
+			require.Equal(t, []wire.ClaimRefusal{{JobID: id, Reason: wire.ReasonNotDelivered}}, res.Refused)
 			after, err := b.st.JobGet(ctx, id)
 			require.NoError(t, err)
 			require.Equal(t, store.JobPending, after.Status)
@@ -91,10 +91,10 @@ func TestClaimNeedsADeliveredEntry(t *testing.T) {
 
 	// The worker that read the entry claims it.
 	entry := readEntry(t, b.eng.Streams(), "noop", "noop", "w1", id)
-	status, body := post(t, srv.URL+"/internal/jobs/claim", b.tokens["worker"], client.ClaimRequest{
-		WorkerID: "w1", Jobs: []client.ClaimItem{{JobID: id, Stream: "noop", MessageID: entry}}})
+	status, body := post(t, srv.URL+"/internal/jobs/claim", b.tokens["worker"], wire.ClaimRequest{
+		WorkerID: "w1", Jobs: []wire.ClaimItem{{JobID: id, Stream: "noop", MessageID: entry}}})
 	require.Equal(t, http.StatusOK, status, string(body))
-	var res client.ClaimResponse
+	var res wire.ClaimResponse
 	require.NoError(t, json.Unmarshal(body, &res))
 	require.Len(t, res.Claimed, 1, string(body))
 }
@@ -121,10 +121,10 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 		status, body := post(t, srv.URL+"/workers/pool", b.tokens["admin"], req)
 		require.Equal(t, http.StatusCreated, status, string(body))
 	}
-	errorOf := func(status int, body []byte) client.ErrorDetail {
+	errorOf := func(status int, body []byte) wire.ErrorDetail {
 		t.Helper()
 		require.Equal(t, http.StatusForbidden, status, string(body))
-		var eb client.ErrorBody
+		var eb wire.ErrorBody
 		require.NoError(t, json.Unmarshal(body, &eb))
 		require.Equal(t, CodeForbidden, eb.Error.Code)
 		return eb.Error
@@ -132,7 +132,7 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 
 	t.Run("Register", func(t *testing.T) {
 		reg := func(pool string, types ...string) (int, []byte) {
-			return post(t, srv.URL+"/internal/workers/register", scoped, client.RegisterWorkerRequest{
+			return post(t, srv.URL+"/internal/workers/register", scoped, wire.RegisterWorkerRequest{
 				WorkerID: "ws-" + pool, PoolID: pool, Types: types, Concurrency: 1})
 		}
 		e := errorOf(reg("pool-q", "sleep"))
@@ -146,7 +146,7 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 		status, body := reg("pool-p", "sleep")
 		require.Equal(t, http.StatusOK, status, string(body))
 		// The unscoped worker token registers anywhere, as before.
-		status, body = post(t, srv.URL+"/internal/workers/register", b.tokens["worker"], client.RegisterWorkerRequest{
+		status, body = post(t, srv.URL+"/internal/workers/register", b.tokens["worker"], wire.RegisterWorkerRequest{
 			WorkerID: "wu", PoolID: "pool-q", Types: []string{"noop"}, Concurrency: 1})
 		require.Equal(t, http.StatusOK, status, string(body))
 	})
@@ -154,7 +154,7 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 	t.Run("HeartbeatAndDeregister", func(t *testing.T) {
 		// Only workers the scope could have registered: "wu" is of pool-q.
 		hb := func(id string) (int, []byte) {
-			return post(t, srv.URL+"/internal/workers/"+id+"/heartbeat", scoped, client.WorkerHeartbeatRequest{Status: "idle"})
+			return post(t, srv.URL+"/internal/workers/"+id+"/heartbeat", scoped, wire.WorkerHeartbeatRequest{Status: "idle"})
 		}
 		e := errorOf(hb("wu"))
 		require.Equal(t, "pool_id", e.Field)
@@ -173,8 +173,8 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 		noopJob := b.submitJob(t, "alice")
 		entry := readEntry(t, b.eng.Streams(), "noop", "noop", "ws", noopJob)
 		claim := func(pool, stream string) (int, []byte) {
-			return post(t, srv.URL+"/internal/jobs/claim", scoped, client.ClaimRequest{WorkerID: "ws", PoolID: pool,
-				Jobs: []client.ClaimItem{{JobID: noopJob, Stream: stream, MessageID: entry}}})
+			return post(t, srv.URL+"/internal/jobs/claim", scoped, wire.ClaimRequest{WorkerID: "ws", PoolID: pool,
+				Jobs: []wire.ClaimItem{{JobID: noopJob, Stream: stream, MessageID: entry}}})
 		}
 		e := errorOf(claim("pool-p", "noop"))
 		require.Equal(t, "jobs[0].stream", e.Field)
@@ -186,10 +186,10 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 		// An item that lies about its stream reaches the engine, which checks the job's type.
 		status, body := claim("pool-p", "sleep")
 		require.Equal(t, http.StatusOK, status, string(body))
-		var res client.ClaimResponse
+		var res wire.ClaimResponse
 		require.NoError(t, json.Unmarshal(body, &res))
 		require.Empty(t, res.Claimed)
-		require.Equal(t, []client.ClaimRefusal{{JobID: noopJob, Reason: client.ReasonOutOfScope}}, res.Refused)
+		require.Equal(t, []wire.ClaimRefusal{{JobID: noopJob, Reason: wire.ReasonOutOfScope}}, res.Refused)
 		job, err := b.st.JobGet(ctx, noopJob)
 		require.NoError(t, err)
 		require.Equal(t, store.JobPending, job.Status)
@@ -199,15 +199,15 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 			Payload: json.RawMessage(`{"ms":1}`), Actor: "agent:alice"})
 		require.NoError(t, err)
 		sleepEntry := readEntry(t, b.eng.Streams(), "sleep", "sleep", "ws", sleepJob.ID)
-		status, body = post(t, srv.URL+"/internal/jobs/claim", scoped, client.ClaimRequest{WorkerID: "ws", PoolID: "pool-p",
-			Jobs: []client.ClaimItem{{JobID: sleepJob.ID, Stream: "sleep", MessageID: sleepEntry}}})
+		status, body = post(t, srv.URL+"/internal/jobs/claim", scoped, wire.ClaimRequest{WorkerID: "ws", PoolID: "pool-p",
+			Jobs: []wire.ClaimItem{{JobID: sleepJob.ID, Stream: "sleep", MessageID: sleepEntry}}})
 		require.Equal(t, http.StatusOK, status, string(body))
 		require.NoError(t, json.Unmarshal(body, &res))
 		require.Len(t, res.Claimed, 1, string(body))
 
 		// The unscoped worker token claims the noop job (its recorded entry), as before.
-		status, body = post(t, srv.URL+"/internal/jobs/claim", b.tokens["worker"], client.ClaimRequest{WorkerID: "wu",
-			Jobs: []client.ClaimItem{{JobID: noopJob, Stream: "noop", MessageID: b.entryOf(t, noopJob)}}})
+		status, body = post(t, srv.URL+"/internal/jobs/claim", b.tokens["worker"], wire.ClaimRequest{WorkerID: "wu",
+			Jobs: []wire.ClaimItem{{JobID: noopJob, Stream: "noop", MessageID: b.entryOf(t, noopJob)}}})
 		require.Equal(t, http.StatusOK, status, string(body))
 		require.NoError(t, json.Unmarshal(body, &res))
 		require.Len(t, res.Claimed, 1, string(body))

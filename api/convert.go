@@ -7,14 +7,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // jobToWire converts a job row to its wire form. Times are shown in UTC.
-func jobToWire(j store.Job) client.Job {
-	return client.Job{
+func jobToWire(j store.Job) wire.Job {
+	return wire.Job{
 		JobID:       j.ID,
 		Type:        j.Type,
 		Agent:       j.Agent,
@@ -28,7 +28,7 @@ func jobToWire(j store.Job) client.Job {
 		OwnerPool:   j.OwnerPool,
 		WorkerID:    j.WorkerID,
 		GPUMemoryMB: j.GPUMemoryMB,
-		Timeout:     client.Duration(j.Timeout),
+		Timeout:     wire.Duration(j.Timeout),
 		Result:      rawOrNil(j.Result),
 		LastError:   j.LastError,
 		CreatedAt:   j.CreatedAt.UTC(),
@@ -56,24 +56,24 @@ func utcPtr(t *time.Time) *time.Time {
 
 // claimedToWire converts the jobs a claim took, with their leases. The attempt of a claimed
 // job is its attempt count, which the claim incremented.
-func claimedToWire(jobs []store.Job, leases map[string]store.Lease) []client.ClaimedJob {
-	out := make([]client.ClaimedJob, 0, len(jobs))
+func claimedToWire(jobs []store.Job, leases map[string]store.Lease) []wire.ClaimedJob {
+	out := make([]wire.ClaimedJob, 0, len(jobs))
 	for _, j := range jobs {
 		payload := j.Payload
 		if len(payload) == 0 {
 			payload = json.RawMessage("null")
 		}
-		cj := client.ClaimedJob{
+		cj := wire.ClaimedJob{
 			JobID:      j.ID,
 			Type:       j.Type,
 			Payload:    payload,
 			Attempt:    j.Attempts,
-			Timeout:    client.Duration(j.Timeout),
+			Timeout:    wire.Duration(j.Timeout),
 			LeaseToken: j.LeaseToken,
 		}
 		if l, ok := leases[j.ID]; ok {
 			expires := l.ExpiresAt.UTC()
-			cj.GPUIndex, cj.LeaseTTL, cj.LeaseExpiresAt = l.GPUIndex, client.Duration(l.TTL), &expires
+			cj.GPUIndex, cj.LeaseTTL, cj.LeaseExpiresAt = l.GPUIndex, wire.Duration(l.TTL), &expires
 			if l.GPUIndex != nil {
 				cj.GPUMemoryMB = l.MemoryMB
 			}
@@ -83,15 +83,15 @@ func claimedToWire(jobs []store.Job, leases map[string]store.Lease) []client.Cla
 	return out
 }
 
-func refusalsToWire(rs []engine.Refusal) []client.ClaimRefusal {
-	out := make([]client.ClaimRefusal, 0, len(rs))
+func refusalsToWire(rs []engine.Refusal) []wire.ClaimRefusal {
+	out := make([]wire.ClaimRefusal, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, client.ClaimRefusal{JobID: r.JobID, Reason: r.Reason, Detail: r.Detail})
+		out = append(out, wire.ClaimRefusal{JobID: r.JobID, Reason: r.Reason, Detail: r.Detail})
 	}
 	return out
 }
 
-func claimItemsFromWire(items []client.ClaimItem) []engine.ClaimItem {
+func claimItemsFromWire(items []wire.ClaimItem) []engine.ClaimItem {
 	out := make([]engine.ClaimItem, 0, len(items))
 	for _, it := range items {
 		out = append(out, engine.ClaimItem{JobID: it.JobID, Stream: it.Stream, MessageID: it.MessageID})
@@ -99,14 +99,14 @@ func claimItemsFromWire(items []client.ClaimItem) []engine.ClaimItem {
 	return out
 }
 
-func resultsFromWire(rs []client.JobResult) []engine.Result {
+func resultsFromWire(rs []wire.JobResult) []engine.Result {
 	out := make([]engine.Result, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, engine.Result{
 			JobID:        r.JobID,
 			Attempt:      r.Attempt,
 			LeaseToken:   r.LeaseToken,
-			Done:         r.Status == client.ResultDone,
+			Done:         r.Status == wire.ResultDone,
 			Output:       rawOrNil(r.Result),
 			Error:        r.Error,
 			NonRetryable: r.NonRetryable,
@@ -118,10 +118,10 @@ func resultsFromWire(rs []client.JobResult) []engine.Result {
 	return out
 }
 
-func outcomesToWire(os []engine.Outcome) []client.CompleteOutcome {
-	out := make([]client.CompleteOutcome, 0, len(os))
+func outcomesToWire(os []engine.Outcome) []wire.CompleteOutcome {
+	out := make([]wire.CompleteOutcome, 0, len(os))
 	for _, o := range os {
-		out = append(out, client.CompleteOutcome{JobID: o.JobID, Outcome: o.Outcome, Status: string(o.Status)})
+		out = append(out, wire.CompleteOutcome{JobID: o.JobID, Outcome: o.Outcome, Status: string(o.Status)})
 	}
 	return out
 }

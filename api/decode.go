@@ -13,8 +13,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/internal/strictjson"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Body limits. A submit may carry a payload of config.MaxPayloadBytes plus this much envelope;
@@ -92,7 +92,7 @@ func shapeOf(dst any) *strictjson.Shape {
 // (decodeBatchJob) so that a job whose payload is refused fails alone.
 func fieldRule(owner reflect.Type, name string) strictjson.FieldRule {
 	switch {
-	case name == "metadata" && (owner == reflect.TypeFor[client.LeaseRequest]() || owner == reflect.TypeFor[client.PoolRequest]()):
+	case name == "metadata" && (owner == reflect.TypeFor[wire.LeaseRequest]() || owner == reflect.TypeFor[wire.PoolRequest]()):
 		return strictjson.FieldRule{MaxDepth: MetadataMaxDepth}
 	case name == "jobs" && owner == reflect.TypeFor[submitBatchBody]():
 		return strictjson.FieldRule{Deferred: true}

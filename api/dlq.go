@@ -8,9 +8,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // CodeNotDeadLetter is the 409 of a replay or purge of a job that is not in the dead-letter
@@ -53,7 +53,7 @@ func (s *Server) listDeadLetters(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	out := client.DeadLetterList{DeadLetters: make([]client.DeadLetter, 0, len(jobs))}
+	out := wire.DeadLetterList{DeadLetters: make([]wire.DeadLetter, 0, len(jobs))}
 	if more {
 		out.NextCursor = encodeCursor(jobs[len(jobs)-1])
 	}
@@ -97,8 +97,8 @@ func (s *Server) dlqAction(c *gin.Context, act func(ctx context.Context, jobID, 
 }
 
 // deadLetterToWire converts a dead letter's row.
-func (s *Server) deadLetterToWire(j store.Job) client.DeadLetter {
-	d := client.DeadLetter{
+func (s *Server) deadLetterToWire(j store.Job) wire.DeadLetter {
+	d := wire.DeadLetter{
 		JobID: j.ID, Type: j.Type, Agent: j.Agent, Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		LastError: j.LastError, CreatedAt: j.CreatedAt.UTC(), DeadLetteredAt: utcPtr(j.FinishedAt),
 	}

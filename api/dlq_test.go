@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // deadLetter submits a job for agent, claims it and fails it for good; with publish, the DLQ
@@ -57,7 +58,7 @@ func TestDLQ(t *testing.T) {
 
 		rec := b.request(t, http.MethodGet, "/dlq?limit=1", "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		page := decode[client.DeadLetterList](t, rec)
+		page := decode[wire.DeadLetterList](t, rec)
 		require.Len(t, page.DeadLetters, 1)
 		require.Equal(t, second, page.DeadLetters[0].JobID, "newest first")
 		require.Empty(t, page.DeadLetters[0].StreamID, "not published to the DLQ stream yet")
@@ -65,7 +66,7 @@ func TestDLQ(t *testing.T) {
 
 		rec = b.request(t, http.MethodGet, "/dlq?limit=1&cursor="+page.NextCursor, "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		page = decode[client.DeadLetterList](t, rec)
+		page = decode[wire.DeadLetterList](t, rec)
 		require.Len(t, page.DeadLetters, 1)
 		require.Empty(t, page.NextCursor)
 		d := page.DeadLetters[0]
@@ -80,7 +81,7 @@ func TestDLQ(t *testing.T) {
 
 		rec = b.request(t, http.MethodGet, "/dlq?type=inference", "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code)
-		require.Empty(t, decode[client.DeadLetterList](t, rec).DeadLetters)
+		require.Empty(t, decode[wire.DeadLetterList](t, rec).DeadLetters)
 
 		requireError(t, b.request(t, http.MethodGet, "/dlq?limit=0", "admin", nil), http.StatusBadRequest, CodeInvalidRequest, "limit")
 		requireError(t, b.request(t, http.MethodGet, "/dlq?cursor=***", "admin", nil), http.StatusBadRequest, CodeInvalidRequest, "cursor")
@@ -93,7 +94,7 @@ func TestDLQ(t *testing.T) {
 
 		rec := b.request(t, http.MethodPost, "/dlq/"+replayed+"/replay", "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		job := decode[client.Job](t, rec)
+		job := decode[wire.Job](t, rec)
 		require.Equal(t, "pending", job.Status)
 		require.Equal(t, 1, job.Attempts)
 		require.Equal(t, 1+b.cfg.JobTypes["noop"].MaxAttempts, job.MaxAttempts)
@@ -102,13 +103,13 @@ func TestDLQ(t *testing.T) {
 
 		rec = b.request(t, http.MethodDelete, "/dlq/"+purged, "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Equal(t, "dead_letter", decode[client.Job](t, rec).Status, "the job stays dead_letter")
+		require.Equal(t, "dead_letter", decode[wire.Job](t, rec).Status, "the job stays dead_letter")
 		requireError(t, b.request(t, http.MethodDelete, "/dlq/"+purged, "admin", nil), http.StatusConflict, CodeNotDeadLetter, "")
 		requireError(t, b.request(t, http.MethodPost, "/dlq/"+purged+"/replay", "admin", nil), http.StatusConflict, CodeNotDeadLetter, "")
 
 		rec = b.request(t, http.MethodGet, "/dlq", "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code)
-		require.Empty(t, decode[client.DeadLetterList](t, rec).DeadLetters, "neither is in the queue now")
+		require.Empty(t, decode[wire.DeadLetterList](t, rec).DeadLetters, "neither is in the queue now")
 		n, err := b.eng.Streams().Len(context.Background(), "dlq")
 		require.NoError(t, err)
 		require.Zero(t, n, "their entries are deleted from the DLQ stream")

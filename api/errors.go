@@ -8,13 +8,13 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
-// Error codes of client.ErrorDetail.Code.
+// Error codes of wire.ErrorDetail.Code.
 const (
 	CodeInvalidRequest   = "invalid_request"
 	CodeUnauthorized     = "unauthorized"
@@ -109,8 +109,8 @@ func isUnavailable(err error) bool {
 
 // errorBody builds the JSON answer of err. Messages of 5xx answers are generic: the details
 // (addresses, SQL) go to the log, not to the client.
-func errorBody(err error, status int, code string) client.ErrorBody {
-	d := client.ErrorDetail{Code: code}
+func errorBody(err error, status int, code string) wire.ErrorBody {
+	d := wire.ErrorDetail{Code: code}
 	var (
 		apiErr *Error
 		valErr *engine.ValidationError
@@ -136,17 +136,17 @@ func errorBody(err error, status int, code string) client.ErrorBody {
 		// 409s: the engine's message says what clashed and carries no internals.
 		d.Message = err.Error()
 	}
-	return client.ErrorBody{Error: d}
+	return wire.ErrorBody{Error: d}
 }
 
-// errorDetail is what a client is told of err: its status and client.ErrorDetail. It is the
+// errorDetail is what a client is told of err: its status and wire.ErrorDetail. It is the
 // answer of writeError, and the error of a failed item of a batch (POST /jobs/submit_batch).
-func errorDetail(err error) (int, client.ErrorDetail) {
+func errorDetail(err error) (int, wire.ErrorDetail) {
 	status, code := ErrorStatus(err)
 	return status, errorBody(err, status, code).Error
 }
 
-// writeError answers c with err as a client.ErrorBody and aborts the handler chain. A 500 is a
+// writeError answers c with err as a wire.ErrorBody and aborts the handler chain. A 500 is a
 // bug and is logged at error level; a 503 is logged at warn.
 func (s *Server) writeError(c *gin.Context, err error) {
 	status, code := ErrorStatus(err)

@@ -14,10 +14,10 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 func TestErrorStatus(t *testing.T) {
@@ -58,19 +58,19 @@ func TestErrorStatus(t *testing.T) {
 func TestWriteError(t *testing.T) {
 	t.Parallel()
 	srv := New(Options{Logger: slog.New(slog.DiscardHandler), Auth: AuthOptions{}})
-	write := func(err error) (*httptest.ResponseRecorder, client.ErrorBody) {
+	write := func(err error) (*httptest.ResponseRecorder, wire.ErrorBody) {
 		rec := httptest.NewRecorder()
 		c, _ := gin.CreateTestContext(rec)
 		c.Request = httptest.NewRequest(http.MethodGet, "/", nil)
 		srv.writeError(c, err)
-		return rec, decode[client.ErrorBody](t, rec)
+		return rec, decode[wire.ErrorBody](t, rec)
 	}
 
 	t.Run("ValidationNamesField", func(t *testing.T) {
 		t.Parallel()
 		rec, body := write(fmt.Errorf("submit job: %w", &engine.ValidationError{Field: "payload", Message: "too big"}))
 		require.Equal(t, 400, rec.Code)
-		require.Equal(t, client.ErrorDetail{Code: CodeInvalidRequest, Message: "too big", Field: "payload"}, body.Error)
+		require.Equal(t, wire.ErrorDetail{Code: CodeInvalidRequest, Message: "too big", Field: "payload"}, body.Error)
 	})
 	t.Run("UnavailableHidesDetails", func(t *testing.T) {
 		t.Parallel()

@@ -10,9 +10,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Event feed timing.
@@ -258,7 +258,7 @@ func (f *sseFeed) write(s string) {
 
 // send writes one audit row as an event named after its type.
 func (f *sseFeed) send(ev store.AuditEvent) {
-	data, _ := json.Marshal(client.Event{
+	data, _ := json.Marshal(wire.Event{
 		ID: ev.ID, TS: ev.TS.UTC(), EventType: ev.EventType, JobID: ev.JobID, PoolID: ev.PoolID,
 		Actor: ev.Actor, Details: ev.Details,
 	})

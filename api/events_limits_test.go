@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // editTokens returns a copy of set with edit applied to its records by hash (delete one to
@@ -117,7 +117,7 @@ func requireTooManyStreams(t *testing.T, resp *http.Response) {
 	t.Helper()
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	require.Equal(t, "5", resp.Header.Get("Retry-After"))
-	var body client.ErrorBody
+	var body wire.ErrorBody
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 	require.Equal(t, CodeTooManyStreams, body.Error.Code)
 	require.Contains(t, body.Error.Message, "max_streams_per_token")

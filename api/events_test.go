@@ -16,6 +16,7 @@ import (
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // sseEvent is one parsed Server-Sent Event.
@@ -145,7 +146,7 @@ func TestJobEvents(t *testing.T) {
 		require.Len(t, seen, len(audit))
 		for i, ev := range audit {
 			require.Equal(t, ev.ID, seen[i].id)
-			var body client.Event
+			var body wire.Event
 			require.NoError(t, json.Unmarshal([]byte(seen[i].data), &body))
 			require.Equal(t, ev.EventType, body.EventType)
 			require.Equal(t, id, body.JobID)
@@ -181,7 +182,7 @@ func TestJobEvents(t *testing.T) {
 		id := b.submitJob(t, "alice")
 		cl := client.New(srv.URL, b.tokens["alice"])
 		var got []string
-		status, err := cl.WatchJob(ctx, id, 0, func(ev client.Event) error {
+		status, err := cl.WatchJob(ctx, id, 0, func(ev wire.Event) error {
 			got = append(got, ev.EventType)
 			if ev.EventType == engine.EventSubmitted {
 				_, err := b.eng.Cancel(ctx, id, "agent:alice")
@@ -193,7 +194,7 @@ func TestJobEvents(t *testing.T) {
 		require.Equal(t, "cancelled", status)
 		require.Equal(t, []string{engine.EventSubmitted, "job.pending->cancelled"}, got)
 
-		_, err = cl.WatchJob(ctx, "no-such-job", 0, func(client.Event) error { return nil })
+		_, err = cl.WatchJob(ctx, "no-such-job", 0, func(wire.Event) error { return nil })
 		require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)
 	})
 
@@ -207,7 +208,7 @@ func TestJobEvents(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		for {
 			ev := next(t, ch)
-			var body client.Event
+			var body wire.Event
 			require.NoError(t, json.Unmarshal([]byte(ev.data), &body))
 			if body.JobID == id {
 				require.Equal(t, engine.EventSubmitted, ev.event)

@@ -10,11 +10,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/db"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/store/sqlite"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // FuzzSubmit sends arbitrary bodies to POST /jobs/submit on the real stack, as an agent and as
@@ -59,12 +59,12 @@ func FuzzSubmit(f *testing.F) {
 		}
 		switch rec.Code {
 		case http.StatusOK, http.StatusAccepted:
-			var resp client.SubmitResponse
+			var resp wire.SubmitResponse
 			if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.JobID == "" {
 				t.Fatalf("status %d with a bad body %q: %v", rec.Code, rec.Body.String(), err)
 			}
 		case http.StatusBadRequest, http.StatusForbidden, http.StatusConflict, http.StatusRequestEntityTooLarge:
-			var eb client.ErrorBody
+			var eb wire.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error.Code == "" || eb.Error.Message == "" {
 				t.Fatalf("status %d with a bad error body %q: %v", rec.Code, rec.Body.String(), err)
 			}
@@ -99,7 +99,7 @@ func FuzzLeaseRequest(f *testing.F) {
 			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body.String())
 		}
 		if rec.Code >= 400 {
-			var eb client.ErrorBody
+			var eb wire.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error.Code == "" {
 				t.Fatalf("status %d with a bad error body %q: %v", rec.Code, rec.Body.String(), err)
 			}
@@ -136,12 +136,12 @@ func FuzzSubmitStore(f *testing.F) {
 		if rec.Code != http.StatusAccepted {
 			return
 		}
-		var resp client.SubmitResponse
+		var resp wire.SubmitResponse
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
 		got := b.request(t, http.MethodGet, "/jobs/"+resp.JobID, "admin", nil)
 		require.Equal(t, http.StatusOK, got.Code, got.Body.String())
 		require.True(t, utf8.Valid(got.Body.Bytes()), "the job reads back as invalid UTF-8: %q", got.Body.String())
-		var job client.Job
+		var job wire.Job
 		require.NoError(t, json.Unmarshal(got.Body.Bytes(), &job), "the job reads back as invalid JSON: %q", got.Body.String())
 		require.True(t, json.Valid(job.Payload), "payload %q", job.Payload)
 	})

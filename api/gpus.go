@@ -5,8 +5,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/internal/ident"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // listGPUs handles GET /gpus?node_id=: every GPU's latest telemetry with what active leases
@@ -24,9 +24,9 @@ func (s *Server) listGPUs(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	out := client.GPUList{GPUs: make([]client.GPU, 0, len(gpus))}
+	out := wire.GPUList{GPUs: make([]wire.GPU, 0, len(gpus))}
 	for _, g := range gpus {
-		out.GPUs = append(out.GPUs, client.GPU{
+		out.GPUs = append(out.GPUs, wire.GPU{
 			NodeID: g.NodeID, Index: g.Index, UUID: g.UUID, Name: g.Name,
 			MemoryTotalMB: g.MemoryTotalMB, MemoryUsedMB: g.MemoryUsedMB, MemoryReservedMB: g.ReservedMB,
 			MemoryFreeMB: g.FreeMB, UtilizationPct: g.UtilizationPct, TemperatureC: g.TemperatureC,

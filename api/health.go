@@ -10,7 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Readiness check names of /readyz.
@@ -34,7 +34,7 @@ func (e *CheckError) Error() string { return e.Reason }
 // healthz answers 200 while the process is up: it checks nothing else, so a database outage
 // does not get the process restarted.
 func (s *Server) healthz(c *gin.Context) {
-	c.JSON(http.StatusOK, client.Health{Status: "ok"})
+	c.JSON(http.StatusOK, wire.Health{Status: "ok"})
 }
 
 // readyz answers 200 when every dependency is usable, else 503 naming what is down.
@@ -45,7 +45,7 @@ func (s *Server) readyz(c *gin.Context) {
 	if s.admission != nil {
 		results[CheckAdmission] = s.admissionReady()
 	}
-	h := client.Health{Status: "ok", Checks: make(map[string]string, len(results))}
+	h := wire.Health{Status: "ok", Checks: make(map[string]string, len(results))}
 	for name, err := range results {
 		var ce *CheckError
 		switch {

@@ -10,11 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 func TestHealthz(t *testing.T) {
@@ -22,7 +22,7 @@ func TestHealthz(t *testing.T) {
 	b := setupDown(t)
 	rec := b.request(t, http.MethodGet, "/healthz", "", nil)
 	require.Equal(t, http.StatusOK, rec.Code)
-	require.Equal(t, client.Health{Status: "ok"}, decode[client.Health](t, rec))
+	require.Equal(t, wire.Health{Status: "ok"}, decode[wire.Health](t, rec))
 }
 
 func TestReadyz(t *testing.T) {
@@ -36,9 +36,9 @@ func TestReadyz(t *testing.T) {
 		b := newBundle(t, st, streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)}))
 		rec := b.request(t, http.MethodGet, "/readyz", "", nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Equal(t, client.Health{Status: "ok", Checks: map[string]string{
+		require.Equal(t, wire.Health{Status: "ok", Checks: map[string]string{
 			CheckMySQL: "ok", CheckMigrations: "ok", CheckRedis: "ok",
-		}}, decode[client.Health](t, rec))
+		}}, decode[wire.Health](t, rec))
 	})
 	t.Run("RedisDown", func(t *testing.T) {
 		t.Parallel()
@@ -47,7 +47,7 @@ func TestReadyz(t *testing.T) {
 		b := newBundle(t, st, streams.New(rdb, streams.Options{}))
 		rec := b.request(t, http.MethodGet, "/readyz", "", nil)
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
-		h := decode[client.Health](t, rec)
+		h := decode[wire.Health](t, rec)
 		require.Equal(t, "unavailable", h.Status)
 		require.Equal(t, map[string]string{CheckMySQL: "ok", CheckMigrations: "ok", CheckRedis: "down"}, h.Checks)
 	})
@@ -73,7 +73,7 @@ func TestReadyzWithoutDatabase(t *testing.T) {
 		t.Parallel()
 		rec := down.request(t, http.MethodGet, "/readyz", "", nil)
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
-		h := decode[client.Health](t, rec)
+		h := decode[wire.Health](t, rec)
 		require.Equal(t, "down", h.Checks[CheckMySQL])
 		require.Equal(t, "down", h.Checks[CheckRedis])
 		require.Contains(t, h.Checks[CheckMigrations], "mysql is down")
@@ -91,7 +91,7 @@ func TestReadyzWithoutDatabase(t *testing.T) {
 			b := newBundle(t, c.st, down.eng.Streams())
 			rec := b.request(t, http.MethodGet, "/readyz", "", nil)
 			require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
-			h := decode[client.Health](t, rec)
+			h := decode[wire.Health](t, rec)
 			require.Equal(t, "ok", h.Checks[CheckMySQL])
 			require.Contains(t, h.Checks[CheckMigrations], c.check)
 		})
@@ -103,12 +103,12 @@ func TestReadyzWithoutDatabase(t *testing.T) {
 		eng := engine.New(schemaStore{version: 6}, down.eng.Streams(), down.eng.Config(), engine.Options{Logger: log})
 		b := &bundle{srv: New(Options{Engine: eng, Logger: log, Database: CheckSQLite})}
 		rec := b.request(t, http.MethodGet, "/readyz", "", nil)
-		h := decode[client.Health](t, rec)
+		h := decode[wire.Health](t, rec)
 		require.Equal(t, map[string]string{CheckSQLite: "ok", CheckMigrations: "ok", CheckRedis: "down"}, h.Checks)
 
 		b = &bundle{srv: New(Options{Engine: down.eng, Logger: log, Database: CheckSQLite})}
 		rec = b.request(t, http.MethodGet, "/readyz", "", nil)
-		require.Contains(t, decode[client.Health](t, rec).Checks[CheckMigrations], "sqlite is down")
+		require.Contains(t, decode[wire.Health](t, rec).Checks[CheckMigrations], "sqlite is down")
 	})
 	t.Run("Hook", func(t *testing.T) {
 		t.Parallel()
@@ -121,6 +121,6 @@ func TestReadyzWithoutDatabase(t *testing.T) {
 		b := &bundle{srv: srv}
 		rec := b.request(t, http.MethodGet, "/readyz", "", nil)
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code)
-		require.Equal(t, map[string]string{"leader": "ok", "gpu": "down"}, decode[client.Health](t, rec).Checks)
+		require.Equal(t, map[string]string{"leader": "ok", "gpu": "down"}, decode[wire.Health](t, rec).Checks)
 	})
 }

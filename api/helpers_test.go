@@ -15,12 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // testMaxPayload keeps payload limits small so oversize bodies are cheap to build.
@@ -174,11 +174,11 @@ func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 }
 
 // requireError checks an error answer: status, code and (when not empty) field.
-func requireError(t *testing.T, rec *httptest.ResponseRecorder, status int, code, field string) client.ErrorDetail {
+func requireError(t *testing.T, rec *httptest.ResponseRecorder, status int, code, field string) wire.ErrorDetail {
 	t.Helper()
 	require.Equal(t, status, rec.Code, "body: %s", rec.Body.String())
 	require.Equal(t, "application/json; charset=utf-8", rec.Header().Get("Content-Type"))
-	body := decode[client.ErrorBody](t, rec)
+	body := decode[wire.ErrorBody](t, rec)
 	require.Equal(t, code, body.Error.Code, "body: %s", rec.Body.String())
 	require.Equal(t, field, body.Error.Field, "body: %s", rec.Body.String())
 	require.NotEmpty(t, body.Error.Message)

@@ -8,9 +8,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/ident"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // MaxItemsPerCall bounds the jobs, results and in-flight ids of one worker call, so one call is
@@ -24,7 +24,7 @@ var (
 
 // claim handles POST /internal/jobs/claim.
 func (s *Server) claim(c *gin.Context) {
-	var req client.ClaimRequest
+	var req wire.ClaimRequest
 	if err := decodeJSON(c, internalBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -59,11 +59,11 @@ func (s *Server) claim(c *gin.Context) {
 		return
 	}
 	if len(req.Results) > 0 {
-		s.traceCompletions(c.Request.Context(), start, client.CompleteRequest{WorkerID: req.WorkerID, Results: req.Results},
+		s.traceCompletions(c.Request.Context(), start, wire.CompleteRequest{WorkerID: req.WorkerID, Results: req.Results},
 			engine.CompleteResult{Outcomes: res.Outcomes})
 	}
 	s.traceClaims(c.Request.Context(), start, req, res)
-	body, err := encodeClaimResponse(client.ClaimResponse{
+	body, err := encodeClaimResponse(wire.ClaimResponse{
 		Claimed:  claimedToWire(res.Claimed, res.Leases),
 		Refused:  refusalsToWire(res.Refused),
 		Outcomes: outcomesToWire(res.Outcomes),
@@ -106,7 +106,7 @@ func scopeTypes(types []string) string { return strings.Join(types, ", ") }
 // claimInScope checks a claim against the token's scope: the pool it names, and the stream of
 // every item (each stream is one job type's). The engine checks each job's type again, since an
 // item's stream is only what the caller says.
-func (s *Server) claimInScope(scope TokenRecord, req client.ClaimRequest) error {
+func (s *Server) claimInScope(scope TokenRecord, req wire.ClaimRequest) error {
 	if scope.Pool != "" && req.PoolID != scope.Pool {
 		return outOfScope("pool_id", "this worker token is scoped to pool %q, not %q", scope.Pool, req.PoolID)
 	}
@@ -123,7 +123,7 @@ func (s *Server) claimInScope(scope TokenRecord, req client.ClaimRequest) error 
 	return nil
 }
 
-func validateClaim(req client.ClaimRequest) error {
+func validateClaim(req wire.ClaimRequest) error {
 	if err := validateWorker(req.WorkerID); err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func validateClaim(req client.ClaimRequest) error {
 
 // start handles POST /internal/jobs/start.
 func (s *Server) start(c *gin.Context) {
-	var req client.StartRequest
+	var req wire.StartRequest
 	if err := decodeJSON(c, internalBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -172,12 +172,12 @@ func (s *Server) start(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, client.StartResponse{Cancel: cancel})
+	c.JSON(http.StatusOK, wire.StartResponse{Cancel: cancel})
 }
 
 // complete handles POST /internal/jobs/complete.
 func (s *Server) complete(c *gin.Context) {
-	var req client.CompleteRequest
+	var req wire.CompleteRequest
 	if err := decodeJSON(c, internalBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -202,10 +202,10 @@ func (s *Server) complete(c *gin.Context) {
 		s.writeError(c, errAllLeasesExpired(len(res.Outcomes)))
 		return
 	}
-	c.JSON(http.StatusOK, client.CompleteResponse{Outcomes: outcomesToWire(res.Outcomes), Cancel: res.Cancel})
+	c.JSON(http.StatusOK, wire.CompleteResponse{Outcomes: outcomesToWire(res.Outcomes), Cancel: res.Cancel})
 }
 
-func validateComplete(req client.CompleteRequest) error {
+func validateComplete(req wire.CompleteRequest) error {
 	if err := validateWorker(req.WorkerID); err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func validateComplete(req client.CompleteRequest) error {
 }
 
 // validateResults checks the results of a completion or of a claim that carries them.
-func validateResults(results []client.JobResult) error {
+func validateResults(results []wire.JobResult) error {
 	if len(results) > MaxItemsPerCall {
 		return badRequest("results", "at most %d per call, got %d", MaxItemsPerCall, len(results))
 	}
@@ -224,8 +224,8 @@ func validateResults(results []client.JobResult) error {
 		switch {
 		case !engine.JobIDPattern.MatchString(r.JobID):
 			return badID(itemField("results", i, "job_id"), engine.JobIDPattern)
-		case r.Status != client.ResultDone && r.Status != client.ResultFailed:
-			return badRequest(itemField("results", i, "status"), "must be %q or %q", client.ResultDone, client.ResultFailed)
+		case r.Status != wire.ResultDone && r.Status != wire.ResultFailed:
+			return badRequest(itemField("results", i, "status"), "must be %q or %q", wire.ResultDone, wire.ResultFailed)
 		case r.Attempt < 0:
 			return badRequest(itemField("results", i, "attempt"), "must not be negative")
 		case r.ElapsedUS < 0 || r.ElapsedUS > maxElapsed.Microseconds():

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/ident"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // entryOf returns the job's recorded stream entry, once its submit's mark has landed: a claim
@@ -19,20 +19,20 @@ import (
 func (b *bundle) entryOf(t *testing.T, id string) string {
 	t.Helper()
 	b.eng.FlushMarks(context.Background())
-	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
+	job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
 	require.NotEmpty(t, job.StreamID, "job %s is published and marked", id)
 	return job.StreamID
 }
 
 // claimOne claims a job over HTTP as worker w1 and returns what the worker runs.
-func (b *bundle) claimOne(t *testing.T, id string) client.ClaimedJob {
+func (b *bundle) claimOne(t *testing.T, id string) wire.ClaimedJob {
 	t.Helper()
-	rec := b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", client.ClaimRequest{
+	rec := b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", wire.ClaimRequest{
 		WorkerID: "w1", PoolID: "pool-a", NodeID: "node-1",
-		Jobs: []client.ClaimItem{{JobID: id, Stream: "noop", MessageID: b.entryOf(t, id)}},
+		Jobs: []wire.ClaimItem{{JobID: id, Stream: "noop", MessageID: b.entryOf(t, id)}},
 	})
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	res := decode[client.ClaimResponse](t, rec)
+	res := decode[wire.ClaimResponse](t, rec)
 	require.Empty(t, res.Refused)
 	require.Len(t, res.Claimed, 1)
 	return res.Claimed[0]
@@ -46,41 +46,41 @@ func TestWorkerRoundTrip(t *testing.T) {
 		t.Parallel()
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", `{"type":"noop","payload":{"x":1},"timeout":60}`)
 		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
-		id := decode[client.SubmitResponse](t, rec).JobID
+		id := decode[wire.SubmitResponse](t, rec).JobID
 
 		claimed := b.claimOne(t, id)
 		require.Equal(t, id, claimed.JobID)
 		require.Equal(t, "noop", claimed.Type)
 		require.Equal(t, 1, claimed.Attempt)
-		require.Equal(t, client.Duration(60e9), claimed.Timeout)
+		require.Equal(t, wire.Duration(60e9), claimed.Timeout)
 		require.JSONEq(t, `{"x":1}`, string(claimed.Payload))
 
 		// Claiming again is refused: the job is no longer pending.
 		rec = b.request(t, http.MethodPost, "/internal/jobs/claim", "worker",
-			client.ClaimRequest{WorkerID: "w2", Jobs: []client.ClaimItem{{JobID: id}, {JobID: "ghost"}}})
+			wire.ClaimRequest{WorkerID: "w2", Jobs: []wire.ClaimItem{{JobID: id}, {JobID: "ghost"}}})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		again := decode[client.ClaimResponse](t, rec)
+		again := decode[wire.ClaimResponse](t, rec)
 		require.Empty(t, again.Claimed)
 		require.NotNil(t, again.Claimed, "[] not null")
-		require.ElementsMatch(t, []client.ClaimRefusal{
-			{JobID: id, Reason: client.ReasonNotPending}, {JobID: "ghost", Reason: client.ReasonNotFound},
+		require.ElementsMatch(t, []wire.ClaimRefusal{
+			{JobID: id, Reason: wire.ReasonNotPending}, {JobID: "ghost", Reason: wire.ReasonNotFound},
 		}, again.Refused)
 
-		rec = b.request(t, http.MethodPost, "/internal/jobs/start", "worker", client.StartRequest{WorkerID: "w1", JobIDs: []string{id}})
+		rec = b.request(t, http.MethodPost, "/internal/jobs/start", "worker", wire.StartRequest{WorkerID: "w1", JobIDs: []string{id}})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Empty(t, decode[client.StartResponse](t, rec).Cancel)
-		require.Equal(t, "running", decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil)).Status)
+		require.Empty(t, decode[wire.StartResponse](t, rec).Cancel)
+		require.Equal(t, "running", decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil)).Status)
 
-		rec = b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", client.CompleteRequest{
+		rec = b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", wire.CompleteRequest{
 			WorkerID: "w1",
-			Results: []client.JobResult{{JobID: id, Attempt: claimed.Attempt, LeaseToken: claimed.LeaseToken,
-				Status: client.ResultDone, Result: []byte(`{"ok":true}`)}},
+			Results: []wire.JobResult{{JobID: id, Attempt: claimed.Attempt, LeaseToken: claimed.LeaseToken,
+				Status: wire.ResultDone, Result: []byte(`{"ok":true}`)}},
 		})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Equal(t, []client.CompleteOutcome{{JobID: id, Outcome: client.OutcomeDone, Status: "done"}},
-			decode[client.CompleteResponse](t, rec).Outcomes)
+		require.Equal(t, []wire.CompleteOutcome{{JobID: id, Outcome: wire.OutcomeDone, Status: "done"}},
+			decode[wire.CompleteResponse](t, rec).Outcomes)
 
-		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil))
+		job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil))
 		require.Equal(t, "done", job.Status)
 		require.JSONEq(t, `{"ok":true}`, string(job.Result))
 		require.NotNil(t, job.StartedAt)
@@ -94,15 +94,15 @@ func TestWorkerRoundTrip(t *testing.T) {
 		t.Parallel()
 		id := b.submitJob(t, "alice")
 		claimed := b.claimOne(t, id)
-		rec := b.request(t, http.MethodPost, "/internal/jobs/complete", "admin", client.CompleteRequest{
+		rec := b.request(t, http.MethodPost, "/internal/jobs/complete", "admin", wire.CompleteRequest{
 			WorkerID: "w1",
-			Results: []client.JobResult{{JobID: id, Attempt: claimed.Attempt, LeaseToken: claimed.LeaseToken,
-				Status: client.ResultFailed, Error: "CUDA out of memory"}},
+			Results: []wire.JobResult{{JobID: id, Attempt: claimed.Attempt, LeaseToken: claimed.LeaseToken,
+				Status: wire.ResultFailed, Error: "CUDA out of memory"}},
 		})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Equal(t, []client.CompleteOutcome{{JobID: id, Outcome: client.OutcomeRetry, Status: "pending"}},
-			decode[client.CompleteResponse](t, rec).Outcomes)
-		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil))
+		require.Equal(t, []wire.CompleteOutcome{{JobID: id, Outcome: wire.OutcomeRetry, Status: "pending"}},
+			decode[wire.CompleteResponse](t, rec).Outcomes)
+		job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "alice", nil))
 		require.Equal(t, "CUDA out of memory", job.LastError)
 		require.Equal(t, 1, job.Attempts)
 	})
@@ -113,17 +113,17 @@ func TestWorkerRoundTrip(t *testing.T) {
 		rec := b.request(t, http.MethodPost, "/jobs/"+id+"/cancel", "alice", nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 
-		rec = b.request(t, http.MethodPost, "/internal/jobs/start", "worker", client.StartRequest{WorkerID: "w1", JobIDs: []string{id}})
+		rec = b.request(t, http.MethodPost, "/internal/jobs/start", "worker", wire.StartRequest{WorkerID: "w1", JobIDs: []string{id}})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Equal(t, []string{id}, decode[client.StartResponse](t, rec).Cancel)
+		require.Equal(t, []string{id}, decode[wire.StartResponse](t, rec).Cancel)
 
-		rec = b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", client.CompleteRequest{
+		rec = b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", wire.CompleteRequest{
 			WorkerID: "w1",
-			Results:  []client.JobResult{{JobID: id, Attempt: claimed.Attempt, Status: client.ResultDone}},
+			Results:  []wire.JobResult{{JobID: id, Attempt: claimed.Attempt, Status: wire.ResultDone}},
 		})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Equal(t, []client.CompleteOutcome{{JobID: id, Outcome: client.OutcomeStale, Status: "cancelled"}},
-			decode[client.CompleteResponse](t, rec).Outcomes)
+		require.Equal(t, []wire.CompleteOutcome{{JobID: id, Outcome: wire.OutcomeStale, Status: "cancelled"}},
+			decode[wire.CompleteResponse](t, rec).Outcomes)
 	})
 }
 
@@ -136,24 +136,24 @@ func TestClaimWithResults(t *testing.T) {
 	first := b.claimOne(t, done)
 	stale := b.claimOne(t, expired)
 
-	rec := b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", client.ClaimRequest{
+	rec := b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", wire.ClaimRequest{
 		WorkerID: "w1", PoolID: "pool-a", NodeID: "node-1",
-		Jobs: []client.ClaimItem{{JobID: next, Stream: "noop", MessageID: b.entryOf(t, next)}},
-		Results: []client.JobResult{
-			{JobID: done, Attempt: first.Attempt, LeaseToken: first.LeaseToken, Status: client.ResultDone, Result: []byte(`{"n":1}`)},
+		Jobs: []wire.ClaimItem{{JobID: next, Stream: "noop", MessageID: b.entryOf(t, next)}},
+		Results: []wire.JobResult{
+			{JobID: done, Attempt: first.Attempt, LeaseToken: first.LeaseToken, Status: wire.ResultDone, Result: []byte(`{"n":1}`)},
 			// Another attempt's lease: the result is stale, and the claim still stands.
-			{JobID: expired, Attempt: stale.Attempt + 1, LeaseToken: stale.LeaseToken, Status: client.ResultDone},
+			{JobID: expired, Attempt: stale.Attempt + 1, LeaseToken: stale.LeaseToken, Status: wire.ResultDone},
 		},
 	})
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	res := decode[client.ClaimResponse](t, rec)
-	require.Equal(t, []client.CompleteOutcome{
-		{JobID: done, Outcome: client.OutcomeDone, Status: "done"},
-		{JobID: expired, Outcome: client.OutcomeStale, Status: "claimed"},
+	res := decode[wire.ClaimResponse](t, rec)
+	require.Equal(t, []wire.CompleteOutcome{
+		{JobID: done, Outcome: wire.OutcomeDone, Status: "done"},
+		{JobID: expired, Outcome: wire.OutcomeStale, Status: "claimed"},
 	}, res.Outcomes)
 	require.Len(t, res.Claimed, 1)
 	require.Equal(t, next, res.Claimed[0].JobID)
-	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+done, "alice", nil))
+	job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/"+done, "alice", nil))
 	require.Equal(t, "done", job.Status)
 	require.JSONEq(t, `{"n":1}`, string(job.Result))
 

@@ -7,11 +7,11 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // maxTelemetryGPUs bounds the GPUs (usable and lost) of one node's telemetry.
@@ -22,7 +22,7 @@ const maxTelemetryGPUs = 256
 // tokens that are gone (the worker stops those jobs: their results would be refused), and what
 // leases reserve on each GPU of the node (for simulated GPUs that follow the reservations).
 func (s *Server) renewLeases(c *gin.Context) {
-	var req client.RenewRequest
+	var req wire.RenewRequest
 	if err := decodeJSON(c, internalBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -37,10 +37,10 @@ func (s *Server) renewLeases(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	out := client.RenewResponse{Renewed: make([]client.RenewedLease, 0, len(res.Renewed)),
-		Gone: make([]client.GoneLease, 0, len(res.Gone))}
+	out := wire.RenewResponse{Renewed: make([]wire.RenewedLease, 0, len(res.Renewed)),
+		Gone: make([]wire.GoneLease, 0, len(res.Gone))}
 	for _, l := range res.Renewed {
-		out.Renewed = append(out.Renewed, client.RenewedLease{Token: l.Token, ExpiresAt: l.ExpiresAt.UTC()})
+		out.Renewed = append(out.Renewed, wire.RenewedLease{Token: l.Token, ExpiresAt: l.ExpiresAt.UTC()})
 	}
 	for _, g := range res.Gone {
 		status := string(g.Status)
@@ -48,19 +48,19 @@ func (s *Server) renewLeases(c *gin.Context) {
 		case "":
 			status = "unknown"
 		case store.LeaseActive: // past its expiry, not yet purged
-			status = client.LeaseExpired
+			status = wire.LeaseExpired
 		}
-		out.Gone = append(out.Gone, client.GoneLease{Token: g.Token, JobID: g.JobID, Status: status})
+		out.Gone = append(out.Gone, wire.GoneLease{Token: g.Token, JobID: g.JobID, Status: status})
 	}
 	for idx, mb := range res.Reserved {
-		out.Reserved = append(out.Reserved, client.GPUReservation{GPUIndex: idx, ReservedMB: mb})
+		out.Reserved = append(out.Reserved, wire.GPUReservation{GPUIndex: idx, ReservedMB: mb})
 	}
 	sort.Slice(out.Reserved, func(i, j int) bool { return out.Reserved[i].GPUIndex < out.Reserved[j].GPUIndex })
 	c.JSON(http.StatusOK, out)
 }
 
 // renewParams checks a renew request and converts its telemetry.
-func renewParams(req client.RenewRequest) (leases.RenewParams, error) {
+func renewParams(req wire.RenewRequest) (leases.RenewParams, error) {
 	if err := validateWorker(req.WorkerID); err != nil {
 		return leases.RenewParams{}, err
 	}

@@ -7,9 +7,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // workerBodyBytes bounds a registration or heartbeat (a heartbeat carries the node's telemetry).
@@ -18,7 +18,7 @@ const workerBodyBytes = 1 << 20
 // registerWorker handles POST /internal/workers/register: the worker is recorded (a new life
 // replaces a row of the same id) and told its instruction and heartbeat interval.
 func (s *Server) registerWorker(c *gin.Context) {
-	var req client.RegisterWorkerRequest
+	var req wire.RegisterWorkerRequest
 	if err := decodeJSON(c, workerBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -44,7 +44,7 @@ func (s *Server) registerWorker(c *gin.Context) {
 
 // registrationInScope checks a registration against the token's scope: a scoped token
 // registers only in its pool and only for types of its scope, named.
-func registrationInScope(scope TokenRecord, req client.RegisterWorkerRequest) error {
+func registrationInScope(scope TokenRecord, req wire.RegisterWorkerRequest) error {
 	if scope.Pool != "" && req.PoolID != scope.Pool {
 		return outOfScope("pool_id", "this worker token is scoped to pool %q, not %q", scope.Pool, req.PoolID)
 	}
@@ -69,7 +69,7 @@ func registrationInScope(scope TokenRecord, req client.RegisterWorkerRequest) er
 // workerHeartbeat handles POST /internal/workers/{id}/heartbeat. A worker the registry does not
 // know gets a 404 and registers again.
 func (s *Server) workerHeartbeat(c *gin.Context) {
-	var req client.WorkerHeartbeatRequest
+	var req wire.WorkerHeartbeatRequest
 	if err := decodeJSON(c, workerBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -123,10 +123,10 @@ func (s *Server) workerInScope(c *gin.Context, workerID string) error {
 	if err != nil {
 		return err
 	}
-	return registrationInScope(scope, client.RegisterWorkerRequest{WorkerID: w.ID, PoolID: w.PoolID, Types: w.Types})
+	return registrationInScope(scope, wire.RegisterWorkerRequest{WorkerID: w.ID, PoolID: w.PoolID, Types: w.Types})
 }
 
-func (s *Server) instructionToWire(in pools.Instruction) client.WorkerInstruction {
-	return client.WorkerInstruction{Instruction: string(in.Instruction),
-		HeartbeatInterval: client.Duration(s.pools.HeartbeatInterval()), PoolStatus: string(in.PoolStatus)}
+func (s *Server) instructionToWire(in pools.Instruction) wire.WorkerInstruction {
+	return wire.WorkerInstruction{Instruction: string(in.Instruction),
+		HeartbeatInterval: wire.Duration(s.pools.HeartbeatInterval()), PoolStatus: string(in.PoolStatus)}
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Listing page sizes of GET /jobs.
@@ -21,7 +21,7 @@ const (
 	ListLimitMax     = 500
 )
 
-// submitBody is client.SubmitRequest with the timeout kept raw, so that a malformed timeout is a
+// submitBody is wire.SubmitRequest with the timeout kept raw, so that a malformed timeout is a
 // 400 naming the field (the decoder drops the field name of a custom unmarshaler's error). A test
 // keeps its JSON fields equal to the wire type's.
 type submitBody struct {
@@ -61,7 +61,7 @@ func (s *Server) submit(c *gin.Context) {
 	if created {
 		status = http.StatusAccepted
 	}
-	resp := client.SubmitResponse{JobID: job.ID, Status: string(job.Status), Created: created}
+	resp := wire.SubmitResponse{JobID: job.ID, Status: string(job.Status), Created: created}
 	if from := adm.routedFrom(); from != "" {
 		resp.Type, resp.RoutedFrom = job.Type, from
 	}
@@ -145,7 +145,7 @@ func parseTimeout(raw json.RawMessage) (time.Duration, error) {
 		}
 		return d, nil
 	}
-	var d client.Duration
+	var d wire.Duration
 	if err := d.UnmarshalJSON(raw); err != nil {
 		return 0, badRequest("timeout", "%s", err.Error())
 	}
@@ -227,7 +227,7 @@ func (s *Server) listJobs(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	out := client.JobList{Jobs: make([]client.Job, 0, len(jobs))}
+	out := wire.JobList{Jobs: make([]wire.Job, 0, len(jobs))}
 	if more {
 		out.NextCursor = encodeCursor(jobs[len(jobs)-1])
 	}

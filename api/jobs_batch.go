@@ -10,17 +10,17 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/strictjson"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Limits of POST /jobs/submit_batch.
 const (
 	// SubmitBatchMax is the most jobs one batch takes: a batch is answered in one go, so it is
 	// kept to what two of the engine's group commits hold.
-	SubmitBatchMax = client.SubmitBatchMax
+	SubmitBatchMax = wire.SubmitBatchMax
 	// SubmitBatchMaxBytes caps the body of a batch. SubmitBatchMax times the limit of one submit
 	// (max_payload_bytes plus its envelope) would be gigabytes; each job's payload is still held
 	// to max_payload_bytes.
@@ -203,8 +203,8 @@ func (s *Server) submitAdmitted(c *gin.Context, jobs []batchJob) {
 
 // batchResponse builds the answer of a batch. Jobs that failed on the server's side (5xx) are
 // logged once for the whole batch, with the first such error.
-func (s *Server) batchResponse(c *gin.Context, jobs []batchJob) client.SubmitBatchResponse {
-	resp := client.SubmitBatchResponse{Results: make([]client.SubmitBatchResult, len(jobs))}
+func (s *Server) batchResponse(c *gin.Context, jobs []batchJob) wire.SubmitBatchResponse {
+	resp := wire.SubmitBatchResponse{Results: make([]wire.SubmitBatchResult, len(jobs))}
 	var (
 		serverErrs  int
 		worstStatus int

@@ -16,28 +16,28 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // batchOf is a batch of n noop jobs of agent with ids prefix-0000, prefix-0001, ...
-func batchOf(n int, prefix, agent string) client.SubmitBatchRequest {
-	req := client.SubmitBatchRequest{Jobs: make([]client.SubmitRequest, n)}
+func batchOf(n int, prefix, agent string) wire.SubmitBatchRequest {
+	req := wire.SubmitBatchRequest{Jobs: make([]wire.SubmitRequest, n)}
 	for i := range req.Jobs {
-		req.Jobs[i] = client.SubmitRequest{JobID: fmt.Sprintf("%s-%04d", prefix, i), Type: "noop", Agent: agent,
+		req.Jobs[i] = wire.SubmitRequest{JobID: fmt.Sprintf("%s-%04d", prefix, i), Type: "noop", Agent: agent,
 			Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
 	}
 	return req
 }
 
 // submitBatch posts body to /jobs/submit_batch as who and requires a 200 with one result per job.
-func (b *bundle) submitBatch(t *testing.T, who string, body any, jobs int) client.SubmitBatchResponse {
+func (b *bundle) submitBatch(t *testing.T, who string, body any, jobs int) wire.SubmitBatchResponse {
 	t.Helper()
 	rec := b.request(t, http.MethodPost, "/jobs/submit_batch", who, body)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	resp := decode[client.SubmitBatchResponse](t, rec)
+	resp := decode[wire.SubmitBatchResponse](t, rec)
 	require.Len(t, resp.Results, jobs)
 	return resp
 }
@@ -86,7 +86,7 @@ func TestSubmitBatchOfMax(t *testing.T) {
 	require.Zero(t, resp.Existing)
 	require.Zero(t, resp.Failed)
 	for i, r := range resp.Results {
-		require.Equal(t, client.SubmitBatchResult{JobID: req.Jobs[i].JobID, Status: "pending", Created: true}, r)
+		require.Equal(t, wire.SubmitBatchResult{JobID: req.Jobs[i].JobID, Status: "pending", Created: true}, r)
 	}
 
 	b.requireEnqueued(t, "bulk")
@@ -104,7 +104,7 @@ func TestSubmitBatchOfMax(t *testing.T) {
 	for _, sj := range req.Jobs {
 		require.True(t, ids[sj.JobID], "job %s is in the database", sj.JobID)
 	}
-	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/bulk-0042", "admin", nil))
+	job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/bulk-0042", "admin", nil))
 	require.JSONEq(t, `{"n":42}`, string(job.Payload))
 	require.Equal(t, 3, job.MaxAttempts, "the type's default")
 	n, err := b.eng.Streams().Len(ctx, "noop")
@@ -113,9 +113,9 @@ func TestSubmitBatchOfMax(t *testing.T) {
 
 	t.Run("ResubmittedCreatesNothing", func(t *testing.T) {
 		resp := b.submitBatch(t, "admin", req, SubmitBatchMax)
-		require.Equal(t, client.SubmitBatchResponse{Results: resp.Results, Existing: SubmitBatchMax}, resp)
+		require.Equal(t, wire.SubmitBatchResponse{Results: resp.Results, Existing: SubmitBatchMax}, resp)
 		for i, r := range resp.Results {
-			require.Equal(t, client.SubmitBatchResult{JobID: req.Jobs[i].JobID, Status: "pending"}, r)
+			require.Equal(t, wire.SubmitBatchResult{JobID: req.Jobs[i].JobID, Status: "pending"}, r)
 		}
 		require.Len(t, b.allJobs(t, "bulk"), SubmitBatchMax)
 		n, err := b.eng.Streams().Len(ctx, "noop")
@@ -156,18 +156,18 @@ func TestSubmitBatchMixed(t *testing.T) {
 	rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "alice", body)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	require.Empty(t, rec.Header().Get("Retry-After"), "no admission control here")
-	resp := decode[client.SubmitBatchResponse](t, rec)
+	resp := decode[wire.SubmitBatchResponse](t, rec)
 	require.Len(t, resp.Results, 13)
 
-	ok := func(id, status string, created bool) client.SubmitBatchResult {
-		return client.SubmitBatchResult{JobID: id, Status: status, Created: created}
+	ok := func(id, status string, created bool) wire.SubmitBatchResult {
+		return wire.SubmitBatchResult{JobID: id, Status: status, Created: created}
 	}
-	failed := func(id, code, field string) client.SubmitBatchResult {
-		return client.SubmitBatchResult{JobID: id, Error: &client.ErrorDetail{Code: code, Field: field}}
+	failed := func(id, code, field string) wire.SubmitBatchResult {
+		return wire.SubmitBatchResult{JobID: id, Error: &wire.ErrorDetail{Code: code, Field: field}}
 	}
 	generated := resp.Results[7].JobID
 	require.Regexp(t, engine.JobIDPattern, generated)
-	want := []client.SubmitBatchResult{
+	want := []wire.SubmitBatchResult{
 		ok("m-new", "pending", true),
 		failed("m-type", CodeInvalidRequest, "type"),
 		failed("has space", CodeInvalidRequest, "job_id"),
@@ -194,21 +194,21 @@ func TestSubmitBatchMixed(t *testing.T) {
 	require.Equal(t, 10, resp.Failed)
 
 	// The messages are those of the single submit.
-	single := decode[client.ErrorBody](t, b.request(t, http.MethodPost, "/jobs/submit", "alice",
+	single := decode[wire.ErrorBody](t, b.request(t, http.MethodPost, "/jobs/submit", "alice",
 		`{"job_id": "bob-old", "type": "noop", "payload": {}}`))
-	require.Equal(t, single.Error.Message, decode[client.SubmitBatchResponse](t, rec).Results[6].Error.Message)
+	require.Equal(t, single.Error.Message, decode[wire.SubmitBatchResponse](t, rec).Results[6].Error.Message)
 
 	require.Len(t, b.allJobs(t, "alice"), 3, "alice-old, m-new and the generated one")
 	b.requireEnqueued(t, "alice")
 	require.Len(t, b.allJobs(t, "bob"), 1, "nothing written for bob")
-	job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/m-new", "alice", nil))
+	job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/m-new", "alice", nil))
 	require.JSONEq(t, `{"a": 1}`, string(job.Payload), "the first of the id won")
-	job = decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+generated, "alice", nil))
+	job = decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/"+generated, "alice", nil))
 	require.Equal(t, 7, job.MaxAttempts)
-	require.Equal(t, client.Duration(90e9), job.Timeout)
+	require.Equal(t, wire.Duration(90e9), job.Timeout)
 
 	t.Run("AdminNamesAnyAgent", func(t *testing.T) {
-		resp := b.submitBatch(t, "admin", client.SubmitBatchRequest{Jobs: []client.SubmitRequest{
+		resp := b.submitBatch(t, "admin", wire.SubmitBatchRequest{Jobs: []wire.SubmitRequest{
 			{JobID: "adm-carol", Type: "noop", Agent: "carol", Payload: json.RawMessage(`1`)},
 			{JobID: "adm-dave", Type: "noop", Agent: "dave", Payload: json.RawMessage(`2`)},
 			{JobID: "adm-none", Type: "noop", Payload: json.RawMessage(`3`)},
@@ -246,7 +246,7 @@ func TestSubmitBatchBadJobs(t *testing.T) {
 				return
 			}
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-			resp := decode[client.SubmitBatchResponse](t, rec)
+			resp := decode[wire.SubmitBatchResponse](t, rec)
 			require.Len(t, resp.Results, 2)
 			require.True(t, resp.Results[0].Created, "the good job goes ahead")
 			e := resp.Results[1].Error
@@ -266,7 +266,7 @@ func TestSubmitBatchBadJobs(t *testing.T) {
 func TestSubmitBatchRefusedWhole(t *testing.T) {
 	t.Parallel()
 	b := setupDown(t)
-	one := client.SubmitBatchRequest{Jobs: []client.SubmitRequest{{Type: "noop", Agent: "alice", Payload: []byte(`{}`)}}}
+	one := wire.SubmitBatchRequest{Jobs: []wire.SubmitRequest{{Type: "noop", Agent: "alice", Payload: []byte(`{}`)}}}
 
 	for _, c := range []struct {
 		name  string
@@ -342,23 +342,23 @@ func TestSubmitBatchAdmission(t *testing.T) {
 	t.Parallel()
 	b, _ := setupAdmission(t, nil)
 	rec := b.request(t, http.MethodPut, "/control/admission", "admin",
-		client.AdmissionPolicyUpdate{Agent: "alice", RatePerSec: ptr(0.01), Burst: ptr(2)})
+		wire.AdmissionPolicyUpdate{Agent: "alice", RatePerSec: ptr(0.01), Burst: ptr(2)})
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 
 	t.Run("RateLimited", func(t *testing.T) {
 		t.Parallel()
-		rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "alice", client.SubmitBatchRequest{Jobs: []client.SubmitRequest{
+		rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "alice", wire.SubmitBatchRequest{Jobs: []wire.SubmitRequest{
 			admSubmit("a-1", "noop", ""), admSubmit("a-2", "noop", ""), admSubmit("a-3", "noop", ""), admSubmit("", "noop", ""),
 		}})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		resp := decode[client.SubmitBatchResponse](t, rec)
+		resp := decode[wire.SubmitBatchResponse](t, rec)
 		require.Len(t, resp.Results, 4)
-		require.Equal(t, client.SubmitBatchResult{JobID: "a-1", Status: "pending", Created: true}, resp.Results[0])
-		require.Equal(t, client.SubmitBatchResult{JobID: "a-2", Status: "pending", Created: true}, resp.Results[1])
+		require.Equal(t, wire.SubmitBatchResult{JobID: "a-1", Status: "pending", Created: true}, resp.Results[0])
+		require.Equal(t, wire.SubmitBatchResult{JobID: "a-2", Status: "pending", Created: true}, resp.Results[1])
 		for _, i := range []int{2, 3} {
 			r := resp.Results[i]
 			require.NotNil(t, r.Error, "result %d: %+v", i, r)
-			require.Equal(t, client.CodeRateLimited, r.Error.Code)
+			require.Equal(t, wire.CodeRateLimited, r.Error.Code)
 			require.Contains(t, r.Error.Message, "alice")
 			require.InDelta(t, 100_000, r.RetryAfterMS, 1_000, "0.01 per second: one every 100 s")
 			require.False(t, r.Created)
@@ -374,26 +374,26 @@ func TestSubmitBatchAdmission(t *testing.T) {
 		require.Len(t, b.allJobs(t, "alice"), 2, "nothing written for the refused jobs")
 
 		// A refused repeat of an existing id is answered with the job, as the single submit's.
-		rec = b.request(t, http.MethodPost, "/jobs/submit_batch", "alice", client.SubmitBatchRequest{Jobs: []client.SubmitRequest{
+		rec = b.request(t, http.MethodPost, "/jobs/submit_batch", "alice", wire.SubmitBatchRequest{Jobs: []wire.SubmitRequest{
 			admSubmit("a-1", "noop", ""), admSubmit("a-4", "noop", ""),
 		}})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		resp = decode[client.SubmitBatchResponse](t, rec)
-		require.Equal(t, client.SubmitBatchResult{JobID: "a-1", Status: "pending"}, resp.Results[0])
-		require.Equal(t, client.CodeRateLimited, resp.Results[1].Error.Code)
+		resp = decode[wire.SubmitBatchResponse](t, rec)
+		require.Equal(t, wire.SubmitBatchResult{JobID: "a-1", Status: "pending"}, resp.Results[0])
+		require.Equal(t, wire.CodeRateLimited, resp.Results[1].Error.Code)
 		require.NotEmpty(t, rec.Header().Get("Retry-After"))
 		require.Len(t, b.allJobs(t, "alice"), 2)
 	})
 
 	t.Run("RoutedToCPUFallback", func(t *testing.T) {
 		t.Parallel()
-		resp := b.submitBatch(t, "bob", client.SubmitBatchRequest{Jobs: []client.SubmitRequest{
+		resp := b.submitBatch(t, "bob", wire.SubmitBatchRequest{Jobs: []wire.SubmitRequest{
 			admSubmit("r-1", "infer", ""), admSubmit("r-2", "infer", ""),
 		}}, 2)
-		require.Equal(t, client.SubmitBatchResult{JobID: "r-1", Status: "pending", Created: true}, resp.Results[0])
-		require.Equal(t, client.SubmitBatchResult{JobID: "r-2", Status: "pending", Created: true, Type: "infer_cpu", RoutedFrom: "infer"},
+		require.Equal(t, wire.SubmitBatchResult{JobID: "r-1", Status: "pending", Created: true}, resp.Results[0])
+		require.Equal(t, wire.SubmitBatchResult{JobID: "r-2", Status: "pending", Created: true, Type: "infer_cpu", RoutedFrom: "infer"},
 			resp.Results[1], "the queue of 1 is full after the first job of the batch")
-		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/r-2", "bob", nil))
+		job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/r-2", "bob", nil))
 		require.Equal(t, "infer_cpu", job.Type)
 	})
 }
@@ -404,18 +404,18 @@ func TestSubmitBatchMaxPending(t *testing.T) {
 	t.Parallel()
 	b, _ := setupAdmission(t, nil)
 	rec := b.request(t, http.MethodPut, "/control/admission", "admin",
-		client.AdmissionPolicyUpdate{Agent: "bob", RatePerSec: ptr(1e6), Burst: ptr(1000), MaxPending: ptr(3)})
+		wire.AdmissionPolicyUpdate{Agent: "bob", RatePerSec: ptr(1e6), Burst: ptr(1000), MaxPending: ptr(3)})
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 
-	batch := func(prefix string) client.SubmitBatchResponse {
+	batch := func(prefix string) wire.SubmitBatchResponse {
 		t.Helper()
-		jobs := make([]client.SubmitRequest, 5)
+		jobs := make([]wire.SubmitRequest, 5)
 		for i := range jobs {
 			jobs[i] = admSubmit(fmt.Sprintf("%s-%d", prefix, i), "noop", "")
 		}
-		rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "bob", client.SubmitBatchRequest{Jobs: jobs})
+		rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "bob", wire.SubmitBatchRequest{Jobs: jobs})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		return decode[client.SubmitBatchResponse](t, rec)
+		return decode[wire.SubmitBatchResponse](t, rec)
 	}
 	resp := batch("m")
 	require.Equal(t, 3, resp.Created)
@@ -426,7 +426,7 @@ func TestSubmitBatchMaxPending(t *testing.T) {
 			continue
 		}
 		require.NotNil(t, r.Error, "result %d", i)
-		require.Equal(t, client.CodeMaxPending, r.Error.Code)
+		require.Equal(t, wire.CodeMaxPending, r.Error.Code)
 		require.Contains(t, r.Error.Message, "bob")
 	}
 	require.Len(t, b.allJobs(t, "bob"), 3)
@@ -497,7 +497,7 @@ func TestSubmitBatchTurns(t *testing.T) {
 		t.Fatal("the waiting batch did not take the freed turn")
 	}
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	require.Equal(t, 20, decode[client.SubmitBatchResponse](t, rec).Created)
+	require.Equal(t, 20, decode[wire.SubmitBatchResponse](t, rec).Created)
 	require.Len(t, slots, cap(slots)-1, "the batch gave its turn back")
 
 	slots <- struct{}{}

@@ -10,29 +10,29 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 func TestSubmitIsIdempotentOnJobID(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	body := client.SubmitRequest{JobID: "job-1", Type: "noop", Agent: "alice", Payload: []byte(`{"n":1}`)}
+	body := wire.SubmitRequest{JobID: "job-1", Type: "noop", Agent: "alice", Payload: []byte(`{"n":1}`)}
 
 	rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", body)
 	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
-	first := decode[client.SubmitResponse](t, rec)
-	require.Equal(t, client.SubmitResponse{JobID: "job-1", Status: "pending", Created: true}, first)
+	first := decode[wire.SubmitResponse](t, rec)
+	require.Equal(t, wire.SubmitResponse{JobID: "job-1", Status: "pending", Created: true}, first)
 
 	body.Payload = []byte(`{ "n" : 1.0 }`) // a repeat of the request returns the existing job
 	rec = b.request(t, http.MethodPost, "/jobs/submit", "alice", body)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	require.Equal(t, client.SubmitResponse{JobID: "job-1", Status: "pending", Created: false}, decode[client.SubmitResponse](t, rec))
+	require.Equal(t, wire.SubmitResponse{JobID: "job-1", Status: "pending", Created: false}, decode[wire.SubmitResponse](t, rec))
 	require.Equal(t, 1, b.countJobs(t, "alice"))
 
-	var job client.Job
+	var job wire.Job
 	require.Eventually(t, func() bool { // the enqueued mark follows the submit's answer
-		job = decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/job-1", "alice", nil))
+		job = decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/job-1", "alice", nil))
 		return job.Enqueued
 	}, 5*time.Second, 20*time.Millisecond, "published to the stream after the commit")
 	require.JSONEq(t, `{"n":1}`, string(job.Payload))
@@ -62,7 +62,7 @@ func TestSubmitIsIdempotentOnJobID(t *testing.T) {
 			rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", c.body)
 			e := requireError(t, rec, http.StatusConflict, CodeIdempotencyMismatch, c.field)
 			require.Contains(t, e.Message, "job-1")
-			got := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/job-1", "alice", nil))
+			got := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/job-1", "alice", nil))
 			require.JSONEq(t, `{"n":1}`, string(got.Payload))
 			require.Equal(t, 3, got.MaxAttempts)
 		})
@@ -71,7 +71,7 @@ func TestSubmitIsIdempotentOnJobID(t *testing.T) {
 	t.Run("OtherAgentsJobIDIsAConflict", func(t *testing.T) {
 		t.Parallel()
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "bob",
-			client.SubmitRequest{JobID: "job-1", Type: "noop", Payload: []byte(`{}`)})
+			wire.SubmitRequest{JobID: "job-1", Type: "noop", Payload: []byte(`{}`)})
 		requireError(t, rec, http.StatusConflict, CodeConflict, "")
 		require.Zero(t, b.countJobs(t, "bob"))
 	})
@@ -95,7 +95,7 @@ func TestListJobsPaginates(t *testing.T) {
 	b.submitJob(t, "bob")
 
 	var (
-		seen   []client.Job
+		seen   []wire.Job
 		cursor string
 		pages  int
 	)
@@ -106,7 +106,7 @@ func TestListJobsPaginates(t *testing.T) {
 		}
 		rec := b.request(t, http.MethodGet, "/jobs?"+q.Encode(), "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		page := decode[client.JobList](t, rec)
+		page := decode[wire.JobList](t, rec)
 		require.LessOrEqual(t, len(page.Jobs), 3)
 		seen = append(seen, page.Jobs...)
 		pages++
@@ -129,12 +129,12 @@ func TestListJobsPaginates(t *testing.T) {
 
 	t.Run("Filters", func(t *testing.T) {
 		t.Parallel()
-		list := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?status=pending&type=noop", "bob", nil))
+		list := decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs?status=pending&type=noop", "bob", nil))
 		require.Len(t, list.Jobs, 1, "an agent token lists its own jobs only")
-		list = decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?status=done", "admin", nil))
+		list = decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs?status=done", "admin", nil))
 		require.Empty(t, list.Jobs)
 		require.NotNil(t, list.Jobs, "an empty page is [] not null")
-		list = decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?limit=2", "admin", nil))
+		list = decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs?limit=2", "admin", nil))
 		require.Len(t, list.Jobs, 2)
 		require.NotEmpty(t, list.NextCursor)
 	})
@@ -145,10 +145,10 @@ func TestListJobsPaginates(t *testing.T) {
 		for range listSlice + 5 {
 			want[b.submitJob(t, "carol")] = true
 		}
-		page := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=carol&limit="+strconv.Itoa(listSlice+3), "admin", nil))
+		page := decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=carol&limit="+strconv.Itoa(listSlice+3), "admin", nil))
 		require.Len(t, page.Jobs, listSlice+3)
 		require.NotEmpty(t, page.NextCursor)
-		rest := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=carol&limit=50&cursor="+page.NextCursor, "admin", nil))
+		rest := decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=carol&limit=50&cursor="+page.NextCursor, "admin", nil))
 		require.Len(t, rest.Jobs, 2)
 		require.Empty(t, rest.NextCursor)
 		for _, j := range append(page.Jobs, rest.Jobs...) {
@@ -158,7 +158,7 @@ func TestListJobsPaginates(t *testing.T) {
 	})
 	t.Run("ExactPageHasNoCursor", func(t *testing.T) {
 		t.Parallel()
-		list := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=alice&limit=7", "admin", nil))
+		list := decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs?agent=alice&limit=7", "admin", nil))
 		require.Len(t, list.Jobs, 7)
 		require.Empty(t, list.NextCursor)
 	})
@@ -190,7 +190,7 @@ func TestCancelJob(t *testing.T) {
 
 	rec := b.request(t, http.MethodPost, "/jobs/"+id+"/cancel", "alice", nil)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	job := decode[client.Job](t, rec)
+	job := decode[wire.Job](t, rec)
 	require.Equal(t, "cancelled", job.Status)
 	require.NotNil(t, job.FinishedAt)
 
@@ -199,7 +199,7 @@ func TestCancelJob(t *testing.T) {
 	// The client names the operation ("cancel job X: 409 job_terminal: …"): the message does not.
 	require.Equal(t, "job is in a terminal state: cancelled", d.Message)
 
-	got := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
+	got := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/"+id, "admin", nil))
 	require.Equal(t, "cancelled", got.Status)
 }
 

@@ -11,11 +11,11 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Lease request limits.
@@ -38,7 +38,7 @@ var leaseTokenRE = regexp.MustCompile(`^` + leases.TokenPrefix + `[0-9a-f]{32}$`
 // (no_capacity, node_unknown, telemetry_stale). An agent token takes leases for its own agent.
 func (s *Server) grantLease(c *gin.Context) {
 	id := mustIdentity(c)
-	var req client.LeaseRequest
+	var req wire.LeaseRequest
 	if err := decodeJSON(c, leaseBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -57,12 +57,12 @@ func (s *Server) grantLease(c *gin.Context) {
 		s.writeError(c, leaseError(err))
 		return
 	}
-	c.JSON(http.StatusCreated, client.LeaseGrant{Granted: true, Token: l.Token, Mode: string(l.Mode),
+	c.JSON(http.StatusCreated, wire.LeaseGrant{Granted: true, Token: l.Token, Mode: string(l.Mode),
 		NodeID: l.NodeID, GPUIndex: l.GPUIndex, MemoryMB: l.MemoryMB, ExpiresAt: l.ExpiresAt.UTC()})
 }
 
 // grantParams checks a lease request and binds it to the caller.
-func grantParams(id Identity, req client.LeaseRequest) (leases.GrantParams, error) {
+func grantParams(id Identity, req wire.LeaseRequest) (leases.GrantParams, error) {
 	if id.Role == RoleAgent {
 		switch req.Agent {
 		case "":
@@ -75,12 +75,12 @@ func grantParams(id Identity, req client.LeaseRequest) (leases.GrantParams, erro
 	p := leases.GrantParams{Agent: req.Agent, NodeID: req.NodeID, MemoryMB: req.MinMemoryMB,
 		Exclusive: req.Exclusive, Actor: id.Actor()}
 	switch req.Mode {
-	case "", client.LeaseModeGPU:
+	case "", wire.LeaseModeGPU:
 		p.Mode = store.LeaseGPU
-	case client.LeaseModeCPU:
+	case wire.LeaseModeCPU:
 		p.Mode = store.LeaseCPU
 	default:
-		return p, badRequest("mode", "must be %q or %q", client.LeaseModeGPU, client.LeaseModeCPU)
+		return p, badRequest("mode", "must be %q or %q", wire.LeaseModeGPU, wire.LeaseModeCPU)
 	}
 	switch {
 	case p.Agent == "":
@@ -160,7 +160,7 @@ func (s *Server) listLeases(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	out := client.LeaseList{Leases: make([]client.Lease, 0, len(got))}
+	out := wire.LeaseList{Leases: make([]wire.Lease, 0, len(got))}
 	for _, l := range got {
 		out.Leases = append(out.Leases, leaseToWire(l))
 	}
@@ -203,13 +203,13 @@ func leaseError(err error) error {
 	case isDenial:
 		return &Error{Status: http.StatusConflict, Code: d.Reason, Message: d.Message}
 	case errors.As(err, &gone):
-		code := client.CodeLeaseExpired
+		code := wire.CodeLeaseExpired
 		if gone.Status == store.LeaseReleased {
-			code = client.CodeLeaseReleased
+			code = wire.CodeLeaseReleased
 		}
 		return &Error{Status: http.StatusGone, Code: code, Message: gone.Error() + "; it cannot be renewed, take a new one"}
 	case errors.Is(err, leases.ErrBoundToJob):
-		return &Error{Status: http.StatusConflict, Code: client.CodeLeaseBoundToJob, Message: leases.ErrBoundToJob.Error()}
+		return &Error{Status: http.StatusConflict, Code: wire.CodeLeaseBoundToJob, Message: leases.ErrBoundToJob.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return notFound("no such lease")
 	}
@@ -217,10 +217,10 @@ func leaseError(err error) error {
 }
 
 // leaseToWire converts a lease row to its wire form, times in UTC.
-func leaseToWire(l store.Lease) client.Lease {
-	return client.Lease{
+func leaseToWire(l store.Lease) wire.Lease {
+	return wire.Lease{
 		Token: l.Token, Agent: l.Agent, JobID: l.JobID, NodeID: l.NodeID, GPUIndex: l.GPUIndex,
-		Mode: string(l.Mode), MemoryMB: l.MemoryMB, Exclusive: l.Exclusive, TTL: client.Duration(l.TTL),
+		Mode: string(l.Mode), MemoryMB: l.MemoryMB, Exclusive: l.Exclusive, TTL: wire.Duration(l.TTL),
 		Status: string(l.Status), CreatedAt: l.CreatedAt.UTC(), ExpiresAt: l.ExpiresAt.UTC(),
 		LastHeartbeat: l.LastHeartbeat.UTC(), EndedAt: utcPtr(l.EndedAt), Metadata: rawOrNil(l.Metadata),
 	}
@@ -229,6 +229,6 @@ func leaseToWire(l store.Lease) client.Lease {
 // errAllLeasesExpired answers a completion whose every result carries an expired lease: a
 // zombie worker's late report. Nothing was recorded.
 func errAllLeasesExpired(n int) error {
-	return &Error{Status: http.StatusConflict, Code: client.CodeLeaseExpired, Message: fmt.Sprintf(
+	return &Error{Status: http.StatusConflict, Code: wire.CodeLeaseExpired, Message: fmt.Sprintf(
 		"refused: the lease of every result (%d) expired, and the jobs were handed to other workers; drop the results", n)}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuorch/orchestrator/store/mysql"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // TestLeaseGrantsNeverOvercommit sends 200 concurrent lease requests of random sizes for one
@@ -92,12 +93,12 @@ func TestLeaseGrantsNeverOvercommit(t *testing.T) {
 			size := 1000 + rand.Int64N(15000)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			g, err := c.GrantLease(ctx, client.LeaseRequest{NodeID: node, MinMemoryMB: size, TTLSeconds: 300})
+			g, err := c.GrantLease(ctx, wire.LeaseRequest{NodeID: node, MinMemoryMB: size, TTLSeconds: 300})
 			var apiErr *client.APIError
 			switch {
 			case errors.As(err, &apiErr):
 				denied.Add(1)
-				if apiErr.StatusCode != http.StatusConflict || apiErr.Code != client.CodeNoCapacity || apiErr.Message == "" {
+				if apiErr.StatusCode != http.StatusConflict || apiErr.Code != wire.CodeNoCapacity || apiErr.Message == "" {
 					errs <- err
 				}
 				return

@@ -11,12 +11,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // testClock is a clock that moves only when told.
@@ -58,11 +58,11 @@ func (b *bundle) reportGPUs(t *testing.T, node string, totals ...int64) {
 	require.NoError(t, b.eng.Leases().RecordSnapshot(context.Background(), snap))
 }
 
-func (b *bundle) grant(t *testing.T, who string, req client.LeaseRequest) client.LeaseGrant {
+func (b *bundle) grant(t *testing.T, who string, req wire.LeaseRequest) wire.LeaseGrant {
 	t.Helper()
 	rec := b.request(t, http.MethodPost, "/leases", who, req)
 	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
-	return decode[client.LeaseGrant](t, rec)
+	return decode[wire.LeaseGrant](t, rec)
 }
 
 func TestLeaseRoutes(t *testing.T) {
@@ -72,51 +72,51 @@ func TestLeaseRoutes(t *testing.T) {
 	b.reportGPUs(t, "gpu-b", 81920)
 
 	t.Run("GrantOnTheOrchestratorsNode", func(t *testing.T) {
-		g := b.grant(t, "alice", client.LeaseRequest{MinMemoryMB: 20000, TTLSeconds: 60})
+		g := b.grant(t, "alice", wire.LeaseRequest{MinMemoryMB: 20000, TTLSeconds: 60})
 		require.True(t, g.Granted)
 		require.Equal(t, "orch-node", g.NodeID)
-		require.Equal(t, client.LeaseModeGPU, g.Mode)
+		require.Equal(t, wire.LeaseModeGPU, g.Mode)
 		require.NotNil(t, g.GPUIndex)
 		require.EqualValues(t, 20000, g.MemoryMB)
 		require.Regexp(t, `^lt_[0-9a-f]{32}$`, g.Token)
 		require.True(t, g.ExpiresAt.Equal(ck.Now().Add(time.Minute)))
 
-		l := decode[client.LeaseList](t, b.request(t, http.MethodGet, "/leases?status=active", "alice", nil))
+		l := decode[wire.LeaseList](t, b.request(t, http.MethodGet, "/leases?status=active", "alice", nil))
 		require.Len(t, l.Leases, 1)
 		require.Equal(t, "alice", l.Leases[0].Agent)
-		require.Empty(t, decode[client.LeaseList](t, b.request(t, http.MethodGet, "/leases", "bob", nil)).Leases,
+		require.Empty(t, decode[wire.LeaseList](t, b.request(t, http.MethodGet, "/leases", "bob", nil)).Leases,
 			"an agent sees its own leases only")
 		requireError(t, b.request(t, http.MethodGet, "/leases?agent=alice", "bob", nil), http.StatusForbidden, CodeForbidden, "")
 	})
 
 	t.Run("DenialsSayWhy", func(t *testing.T) {
-		requireError(t, b.request(t, http.MethodPost, "/leases", "alice", client.LeaseRequest{NodeID: "gpu-b", MinMemoryMB: 90000}),
-			http.StatusConflict, client.CodeNoCapacity, "")
-		requireError(t, b.request(t, http.MethodPost, "/leases", "alice", client.LeaseRequest{NodeID: "nowhere", MinMemoryMB: 1}),
-			http.StatusConflict, client.CodeNodeUnknown, "")
+		requireError(t, b.request(t, http.MethodPost, "/leases", "alice", wire.LeaseRequest{NodeID: "gpu-b", MinMemoryMB: 90000}),
+			http.StatusConflict, wire.CodeNoCapacity, "")
+		requireError(t, b.request(t, http.MethodPost, "/leases", "alice", wire.LeaseRequest{NodeID: "nowhere", MinMemoryMB: 1}),
+			http.StatusConflict, wire.CodeNodeUnknown, "")
 		b.reportGPUs(t, "stale-node", 24576)
 		ck.Add(b.cfg.Leases.TelemetryFreshness)
-		requireError(t, b.request(t, http.MethodPost, "/leases", "alice", client.LeaseRequest{NodeID: "stale-node", MinMemoryMB: 1}),
-			http.StatusConflict, client.CodeTelemetryStale, "")
+		requireError(t, b.request(t, http.MethodPost, "/leases", "alice", wire.LeaseRequest{NodeID: "stale-node", MinMemoryMB: 1}),
+			http.StatusConflict, wire.CodeTelemetryStale, "")
 		b.reportGPUs(t, "orch-node", 24576, 24576)
 		b.reportGPUs(t, "gpu-b", 81920)
 	})
 
 	t.Run("ExclusiveTakesAWholeGPU", func(t *testing.T) {
-		g := b.grant(t, "bob", client.LeaseRequest{NodeID: "gpu-b", MinMemoryMB: 1000, Exclusive: true})
+		g := b.grant(t, "bob", wire.LeaseRequest{NodeID: "gpu-b", MinMemoryMB: 1000, Exclusive: true})
 		require.EqualValues(t, 81920-512, g.MemoryMB)
-		d := requireError(t, b.request(t, http.MethodPost, "/leases", "bob", client.LeaseRequest{NodeID: "gpu-b", MinMemoryMB: 1}),
-			http.StatusConflict, client.CodeNoCapacity, "")
+		d := requireError(t, b.request(t, http.MethodPost, "/leases", "bob", wire.LeaseRequest{NodeID: "gpu-b", MinMemoryMB: 1}),
+			http.StatusConflict, wire.CodeNoCapacity, "")
 		require.Contains(t, d.Message, "gpu-b")
-		_ = decode[client.Lease](t, b.request(t, http.MethodPost, "/leases/"+g.Token+"/release", "bob", nil))
-		b.grant(t, "bob", client.LeaseRequest{NodeID: "gpu-b", MinMemoryMB: 1})
+		_ = decode[wire.Lease](t, b.request(t, http.MethodPost, "/leases/"+g.Token+"/release", "bob", nil))
+		b.grant(t, "bob", wire.LeaseRequest{NodeID: "gpu-b", MinMemoryMB: 1})
 	})
 
 	t.Run("HeartbeatReleaseAndExpiry", func(t *testing.T) {
-		g := b.grant(t, "alice", client.LeaseRequest{Mode: client.LeaseModeCPU, TTLSeconds: 10})
+		g := b.grant(t, "alice", wire.LeaseRequest{Mode: wire.LeaseModeCPU, TTLSeconds: 10})
 		require.Nil(t, g.GPUIndex)
 		ck.Add(5 * time.Second)
-		l := decode[client.Lease](t, b.request(t, http.MethodPost, "/leases/"+g.Token+"/heartbeat", "alice", nil))
+		l := decode[wire.Lease](t, b.request(t, http.MethodPost, "/leases/"+g.Token+"/heartbeat", "alice", nil))
 		require.True(t, l.ExpiresAt.Equal(ck.Now().Add(10*time.Second)), "extended by its ttl")
 		requireError(t, b.request(t, http.MethodPost, "/leases/"+g.Token+"/heartbeat", "bob", nil), http.StatusNotFound, CodeNotFound, "")
 		requireError(t, b.request(t, http.MethodPost, "/leases/lt_00000000000000000000000000000000/heartbeat", "alice", nil),
@@ -126,16 +126,16 @@ func TestLeaseRoutes(t *testing.T) {
 		// Quiet past its expiry: a heartbeat does not resurrect it, even before the purge.
 		ck.Add(10 * time.Second)
 		requireError(t, b.request(t, http.MethodPost, "/leases/"+g.Token+"/heartbeat", "alice", nil),
-			http.StatusGone, client.CodeLeaseExpired, "")
+			http.StatusGone, wire.CodeLeaseExpired, "")
 
-		r := b.grant(t, "alice", client.LeaseRequest{Mode: client.LeaseModeCPU})
-		rel := decode[client.Lease](t, b.request(t, http.MethodPost, "/leases/"+r.Token+"/release", "admin", nil))
-		require.Equal(t, client.LeaseReleased, rel.Status)
+		r := b.grant(t, "alice", wire.LeaseRequest{Mode: wire.LeaseModeCPU})
+		rel := decode[wire.Lease](t, b.request(t, http.MethodPost, "/leases/"+r.Token+"/release", "admin", nil))
+		require.Equal(t, wire.LeaseReleased, rel.Status)
 		require.NotNil(t, rel.EndedAt)
 		again := b.request(t, http.MethodPost, "/leases/"+r.Token+"/release", "alice", nil)
 		require.Equal(t, http.StatusOK, again.Code, "a second release is harmless")
 		requireError(t, b.request(t, http.MethodPost, "/leases/"+r.Token+"/heartbeat", "alice", nil),
-			http.StatusGone, client.CodeLeaseReleased, "")
+			http.StatusGone, wire.CodeLeaseReleased, "")
 	})
 
 	t.Run("BadInput", func(t *testing.T) {
@@ -166,7 +166,7 @@ func TestLeaseRoutes(t *testing.T) {
 	t.Run("GPUs", func(t *testing.T) {
 		b.reportGPUs(t, "orch-node", 24576, 24576)
 		ck.Add(2 * time.Second)
-		gpus := decode[client.GPUList](t, b.request(t, http.MethodGet, "/gpus?node_id=orch-node", "admin", nil)).GPUs
+		gpus := decode[wire.GPUList](t, b.request(t, http.MethodGet, "/gpus?node_id=orch-node", "admin", nil)).GPUs
 		require.Len(t, gpus, 2)
 		var reserved int64
 		for _, g := range gpus {
@@ -176,7 +176,7 @@ func TestLeaseRoutes(t *testing.T) {
 			require.True(t, g.Fresh)
 		}
 		require.EqualValues(t, 20000, reserved)
-		require.Len(t, decode[client.GPUList](t, b.request(t, http.MethodGet, "/gpus", "alice", nil)).GPUs, 4)
+		require.Len(t, decode[wire.GPUList](t, b.request(t, http.MethodGet, "/gpus", "alice", nil)).GPUs, 4)
 		requireError(t, b.request(t, http.MethodGet, "/gpus", "worker", nil), http.StatusForbidden, CodeForbidden, "")
 	})
 }
@@ -190,24 +190,24 @@ func TestWorkerLeases(t *testing.T) {
 		id := b.submitJob(t, "alice")
 		claimed := b.claimOne(t, id)
 		require.NotEmpty(t, claimed.LeaseToken)
-		require.Equal(t, client.Duration(b.cfg.Leases.TTL), claimed.LeaseTTL)
+		require.Equal(t, wire.Duration(b.cfg.Leases.TTL), claimed.LeaseTTL)
 		require.NotNil(t, claimed.LeaseExpiresAt)
 
 		ck.Add(b.cfg.Leases.TTL / 2)
-		rec := b.request(t, http.MethodPost, "/internal/leases/renew", "worker", client.RenewRequest{
+		rec := b.request(t, http.MethodPost, "/internal/leases/renew", "worker", wire.RenewRequest{
 			WorkerID: "w1", NodeID: "node-1", Tokens: []string{claimed.LeaseToken, "lt_00000000000000000000000000000000"},
-			Telemetry: &client.NodeTelemetry{NodeID: "node-1", Source: telemetry.SourceSimulated,
-				GPUs: []client.GPUTelemetry{{Index: 0, UUID: "GPU-x", MemoryTotalMB: 24576, MemoryUsedMB: 100}},
-				Lost: []client.LostGPUTelemetry{{Index: 1, Reason: "fell off the bus"}}},
+			Telemetry: &wire.NodeTelemetry{NodeID: "node-1", Source: telemetry.SourceSimulated,
+				GPUs: []wire.GPUTelemetry{{Index: 0, UUID: "GPU-x", MemoryTotalMB: 24576, MemoryUsedMB: 100}},
+				Lost: []wire.LostGPUTelemetry{{Index: 1, Reason: "fell off the bus"}}},
 		})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		res := decode[client.RenewResponse](t, rec)
+		res := decode[wire.RenewResponse](t, rec)
 		require.Len(t, res.Renewed, 1)
 		require.True(t, res.Renewed[0].ExpiresAt.Equal(ck.Now().Add(b.cfg.Leases.TTL)))
-		require.Equal(t, []client.GoneLease{{Token: "lt_00000000000000000000000000000000", Status: "unknown"}}, res.Gone)
-		require.Equal(t, []client.GPUReservation{{GPUIndex: 0}, {GPUIndex: 1}}, res.Reserved)
+		require.Equal(t, []wire.GoneLease{{Token: "lt_00000000000000000000000000000000", Status: "unknown"}}, res.Gone)
+		require.Equal(t, []wire.GPUReservation{{GPUIndex: 0}, {GPUIndex: 1}}, res.Reserved)
 
-		gpus := decode[client.GPUList](t, b.request(t, http.MethodGet, "/gpus?node_id=node-1", "admin", nil)).GPUs
+		gpus := decode[wire.GPUList](t, b.request(t, http.MethodGet, "/gpus?node_id=node-1", "admin", nil)).GPUs
 		require.Len(t, gpus, 2)
 		require.EqualValues(t, 100, gpus[0].MemoryUsedMB)
 		require.True(t, gpus[1].Lost)
@@ -216,7 +216,7 @@ func TestWorkerLeases(t *testing.T) {
 
 		// A job's lease cannot be released by hand: cancel the job.
 		requireError(t, b.request(t, http.MethodPost, "/leases/"+claimed.LeaseToken+"/release", "admin", nil),
-			http.StatusConflict, client.CodeLeaseBoundToJob, "")
+			http.StatusConflict, wire.CodeLeaseBoundToJob, "")
 	})
 
 	t.Run("ZombieCompletionIsRefused", func(t *testing.T) {
@@ -227,21 +227,21 @@ func TestWorkerLeases(t *testing.T) {
 		require.NoError(t, err)
 		ck.Add(b.cfg.Leases.TTL / 2) // the zombie's lease is past its expiry, the other's is not
 
-		result := func(c client.ClaimedJob) client.JobResult {
-			return client.JobResult{JobID: c.JobID, Attempt: c.Attempt, LeaseToken: c.LeaseToken, Status: client.ResultDone}
+		result := func(c wire.ClaimedJob) wire.JobResult {
+			return wire.JobResult{JobID: c.JobID, Attempt: c.Attempt, LeaseToken: c.LeaseToken, Status: wire.ResultDone}
 		}
-		rec := b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", client.CompleteRequest{
-			WorkerID: "w1", Results: []client.JobResult{result(zombie)}})
-		requireError(t, rec, http.StatusConflict, client.CodeLeaseExpired, "")
+		rec := b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", wire.CompleteRequest{
+			WorkerID: "w1", Results: []wire.JobResult{result(zombie)}})
+		requireError(t, rec, http.StatusConflict, wire.CodeLeaseExpired, "")
 
 		// In a batch with a result that counts, the refusal is per result.
-		rec = b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", client.CompleteRequest{
-			WorkerID: "w1", Results: []client.JobResult{result(zombie), result(live)}})
+		rec = b.request(t, http.MethodPost, "/internal/jobs/complete", "worker", wire.CompleteRequest{
+			WorkerID: "w1", Results: []wire.JobResult{result(zombie), result(live)}})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Equal(t, []client.CompleteOutcome{
-			{JobID: id, Outcome: client.OutcomeLeaseExpired, Status: "claimed"},
-			{JobID: other, Outcome: client.OutcomeDone, Status: "done"},
-		}, decode[client.CompleteResponse](t, rec).Outcomes)
+		require.Equal(t, []wire.CompleteOutcome{
+			{JobID: id, Outcome: wire.OutcomeLeaseExpired, Status: "claimed"},
+			{JobID: other, Outcome: wire.OutcomeDone, Status: "done"},
+		}, decode[wire.CompleteResponse](t, rec).Outcomes)
 	})
 
 	t.Run("BadRenew", func(t *testing.T) {

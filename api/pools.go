@@ -6,9 +6,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // poolBodyBytes bounds the body of POST /workers/pool (metadata included).
@@ -36,7 +36,7 @@ func poolError(err error) error {
 // createPool handles POST /workers/pool: 201 with the new pool, 200 when it existed (updated
 // or not).
 func (s *Server) createPool(c *gin.Context) {
-	var req client.PoolRequest
+	var req wire.PoolRequest
 	if err := decodeJSON(c, poolBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -54,7 +54,7 @@ func (s *Server) createPool(c *gin.Context) {
 	if res.Created {
 		status = http.StatusCreated
 	}
-	c.JSON(status, client.PoolResponse{Pool: poolToWire(res.Pool, nil), Created: res.Created,
+	c.JSON(status, wire.PoolResponse{Pool: poolToWire(res.Pool, nil), Created: res.Created,
 		Updated: res.Updated, PreloadID: res.PreloadID})
 }
 
@@ -66,7 +66,7 @@ func (s *Server) listPools(c *gin.Context) {
 		return
 	}
 	who := mustIdentity(c)
-	out := client.PoolList{Pools: make([]client.Pool, 0, len(ps))}
+	out := wire.PoolList{Pools: make([]wire.Pool, 0, len(ps))}
 	for _, p := range ps {
 		out.Pools = append(out.Pools, poolFor(who, poolToWire(p, nil)))
 	}
@@ -89,7 +89,7 @@ func (s *Server) getPool(c *gin.Context) {
 // poolFor is what who may see of a pool: its metadata (which an operator may fill with
 // credentials, endpoints, anything) only for an admin and for the agent the pool serves. A pool
 // that serves no agent shows its metadata to admins only. Without it, the field is left out.
-func poolFor(who Identity, p client.Pool) client.Pool {
+func poolFor(who Identity, p wire.Pool) wire.Pool {
 	if who.Role != RoleAdmin && (p.AgentName == "" || p.AgentName != who.Agent) {
 		p.Metadata = nil
 	}
@@ -126,7 +126,7 @@ func (s *Server) drainPool(c *gin.Context) {
 		s.writeError(c, poolError(err))
 		return
 	}
-	c.JSON(http.StatusOK, client.PoolChange{Pool: poolToWire(p, nil), Changed: changed})
+	c.JSON(http.StatusOK, wire.PoolChange{Pool: poolToWire(p, nil), Changed: changed})
 }
 
 // drainAll handles POST /control/drain: every starting or running pool drains.
@@ -136,7 +136,7 @@ func (s *Server) drainAll(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	out := client.DrainAllResponse{Drained: make([]client.Pool, 0, len(drained))}
+	out := wire.DrainAllResponse{Drained: make([]wire.Pool, 0, len(drained))}
 	for _, p := range drained {
 		out.Drained = append(out.Drained, poolToWire(p, nil))
 	}
@@ -145,7 +145,7 @@ func (s *Server) drainAll(c *gin.Context) {
 
 // evictPool handles POST /control/evict_pool {pool_id}.
 func (s *Server) evictPool(c *gin.Context) {
-	var req client.EvictRequest
+	var req wire.EvictRequest
 	if err := decodeJSON(c, poolBodyBytes, &req); err != nil {
 		s.writeError(c, err)
 		return
@@ -159,16 +159,16 @@ func (s *Server) evictPool(c *gin.Context) {
 		s.writeError(c, poolError(err))
 		return
 	}
-	c.JSON(http.StatusOK, client.PoolChange{Pool: poolToWire(p, nil), Changed: changed})
+	c.JSON(http.StatusOK, wire.PoolChange{Pool: poolToWire(p, nil), Changed: changed})
 }
 
 // reconcile handles POST /control/reconcile: 202, the pass runs in the background.
 func (s *Server) reconcile(c *gin.Context) {
-	c.JSON(http.StatusAccepted, client.ReconcileResponse{Triggered: s.pools.Reconcile()})
+	c.JSON(http.StatusAccepted, wire.ReconcileResponse{Triggered: s.pools.Reconcile()})
 }
 
-func poolToWire(p store.Pool, ws []store.Worker) client.Pool {
-	out := client.Pool{
+func poolToWire(p store.Pool, ws []store.Worker) wire.Pool {
+	out := wire.Pool{
 		PoolID: p.ID, AgentName: p.Agent, ModelID: p.ModelID, Adapter: p.Adapter, Variant: p.Variant,
 		Types: p.Types, DesiredWorkers: p.DesiredWorkers, SpawnedWorkers: p.SpawnedWorkers,
 		Status: string(p.Status), StatusReason: p.StatusReason, StatusChangedAt: p.StatusChangedAt.UTC(),
@@ -180,7 +180,7 @@ func poolToWire(p store.Pool, ws []store.Worker) client.Pool {
 		out.Types = []string{}
 	}
 	if ws != nil {
-		out.Workers = make([]client.Worker, 0, len(ws))
+		out.Workers = make([]wire.Worker, 0, len(ws))
 		for _, w := range ws {
 			out.Workers = append(out.Workers, workerToWire(w))
 		}
@@ -188,8 +188,8 @@ func poolToWire(p store.Pool, ws []store.Worker) client.Pool {
 	return out
 }
 
-func workerToWire(w store.Worker) client.Worker {
-	out := client.Worker{
+func workerToWire(w store.Worker) wire.Worker {
+	out := wire.Worker{
 		WorkerID: w.ID, PoolID: w.PoolID, NodeID: w.NodeID, Hostname: w.Hostname, PID: w.PID,
 		Types: w.Types, Concurrency: w.Concurrency, Status: string(w.Status),
 		Instruction: string(w.Instruction), InFlight: w.InFlight, JobsClaimed: w.JobsClaimed,

@@ -8,12 +8,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // setupPools is the real stack with the pools service, and the service itself.
@@ -32,7 +32,7 @@ func setupPools(t *testing.T) (*bundle, *pools.Service) {
 	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}, svc
 }
 
-var mistral = client.PoolRequest{PoolID: "mistral", AgentName: "alice", ModelID: "mistral-7b", Adapter: "vllm",
+var mistral = wire.PoolRequest{PoolID: "mistral", AgentName: "alice", ModelID: "mistral-7b", Adapter: "vllm",
 	Types: []string{"noop"}, DesiredWorkers: 2, HoldSeconds: 300}
 
 func TestPoolsAPI(t *testing.T) {
@@ -43,14 +43,14 @@ func TestPoolsAPI(t *testing.T) {
 		b, _ := setupPools(t)
 		rec := b.request(t, http.MethodPost, "/workers/pool", "admin", mistral)
 		require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
-		created := decode[client.PoolResponse](t, rec)
+		created := decode[wire.PoolResponse](t, rec)
 		require.True(t, created.Created)
-		require.Equal(t, client.PoolStarting, created.Pool.Status)
+		require.Equal(t, wire.PoolStarting, created.Pool.Status)
 		require.NotEmpty(t, created.PreloadID)
 
 		rec = b.request(t, http.MethodPost, "/workers/pool", "admin", mistral)
 		require.Equal(t, http.StatusOK, rec.Code)
-		again := decode[client.PoolResponse](t, rec)
+		again := decode[wire.PoolResponse](t, rec)
 		require.False(t, again.Created)
 		require.False(t, again.Updated)
 
@@ -58,23 +58,23 @@ func TestPoolsAPI(t *testing.T) {
 		scaled.DesiredWorkers = 4
 		rec = b.request(t, http.MethodPost, "/workers/pool", "admin", scaled)
 		require.Equal(t, http.StatusOK, rec.Code)
-		require.True(t, decode[client.PoolResponse](t, rec).Updated)
+		require.True(t, decode[wire.PoolResponse](t, rec).Updated)
 
 		rec = b.request(t, http.MethodGet, "/workers/pools", "alice", nil)
 		require.Equal(t, http.StatusOK, rec.Code)
-		list := decode[client.PoolList](t, rec)
+		list := decode[wire.PoolList](t, rec)
 		require.Len(t, list.Pools, 1)
 		require.Equal(t, 4, list.Pools[0].DesiredWorkers)
 
-		rec = b.request(t, http.MethodPost, "/internal/workers/register", "worker", client.RegisterWorkerRequest{
+		rec = b.request(t, http.MethodPost, "/internal/workers/register", "worker", wire.RegisterWorkerRequest{
 			WorkerID: "mistral-1", PoolID: "mistral", NodeID: "n1", Types: []string{"noop"}, Concurrency: 2})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 		rec = b.request(t, http.MethodGet, "/workers/pools/mistral", "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code)
-		got := decode[client.Pool](t, rec)
+		got := decode[wire.Pool](t, rec)
 		require.Len(t, got.Workers, 1)
 		require.Equal(t, "mistral-1", got.Workers[0].WorkerID)
-		require.Equal(t, client.WorkerIdle, got.Workers[0].Status)
+		require.Equal(t, wire.WorkerIdle, got.Workers[0].Status)
 
 		requireError(t, b.request(t, http.MethodGet, "/workers/pools/nope", "admin", nil), http.StatusNotFound, CodeNotFound, "")
 	})
@@ -90,24 +90,24 @@ func TestPoolsAPI(t *testing.T) {
 		requireError(t, b.request(t, http.MethodPost, "/workers/pool", "admin", bad), http.StatusBadRequest, CodeInvalidRequest, "types")
 		requireError(t, b.request(t, http.MethodPost, "/workers/pool", "admin", `{"pool_id":"x","gpu":1}`), http.StatusBadRequest, CodeInvalidRequest, "gpu")
 		requireError(t, b.request(t, http.MethodPost, "/workers/pool", "alice", mistral), http.StatusForbidden, CodeForbidden, "")
-		requireError(t, b.request(t, http.MethodPost, "/control/evict_pool", "alice", client.EvictRequest{PoolID: "x"}), http.StatusForbidden, CodeForbidden, "")
+		requireError(t, b.request(t, http.MethodPost, "/control/evict_pool", "alice", wire.EvictRequest{PoolID: "x"}), http.StatusForbidden, CodeForbidden, "")
 		requireError(t, b.request(t, http.MethodPost, "/control/evict_pool", "admin", `{}`), http.StatusBadRequest, CodeInvalidRequest, "pool_id")
-		requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "alice", client.RegisterWorkerRequest{WorkerID: "w"}), http.StatusForbidden, CodeForbidden, "")
-		e := requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "worker", client.RegisterWorkerRequest{WorkerID: "bad id"}), http.StatusBadRequest, CodeInvalidRequest, "worker_id")
+		requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "alice", wire.RegisterWorkerRequest{WorkerID: "w"}), http.StatusForbidden, CodeForbidden, "")
+		e := requireError(t, b.request(t, http.MethodPost, "/internal/workers/register", "worker", wire.RegisterWorkerRequest{WorkerID: "bad id"}), http.StatusBadRequest, CodeInvalidRequest, "worker_id")
 		require.Equal(t, "must be "+ident.ID.Rule(), e.Message)
 		e = requireError(t, b.request(t, http.MethodPost, "/workers/pool", "admin", `{"pool_id":".."}`), http.StatusBadRequest, CodeInvalidRequest, "pool_id")
 		require.Equal(t, "must be 1 to 100 of A-Z a-z 0-9 . _ : -, and not . or ..", e.Message)
-		requireError(t, b.request(t, http.MethodPost, "/internal/workers/w/heartbeat", "worker", client.WorkerHeartbeatRequest{Status: "sleeping"}), http.StatusBadRequest, CodeInvalidRequest, "status")
+		requireError(t, b.request(t, http.MethodPost, "/internal/workers/w/heartbeat", "worker", wire.WorkerHeartbeatRequest{Status: "sleeping"}), http.StatusBadRequest, CodeInvalidRequest, "status")
 	})
 
 	t.Run("HeartbeatsAndInstructions", func(t *testing.T) {
 		t.Parallel()
 		b, svc := setupPools(t)
 		require.Equal(t, http.StatusCreated, b.request(t, http.MethodPost, "/workers/pool", "admin", mistral).Code)
-		rec := b.request(t, http.MethodPost, "/internal/workers/register", "worker", client.RegisterWorkerRequest{
+		rec := b.request(t, http.MethodPost, "/internal/workers/register", "worker", wire.RegisterWorkerRequest{
 			WorkerID: "w1", PoolID: "mistral", Types: []string{"noop"}})
-		in := decode[client.WorkerInstruction](t, rec)
-		require.Equal(t, client.InstructionNone, in.Instruction)
+		in := decode[wire.WorkerInstruction](t, rec)
+		require.Equal(t, wire.InstructionNone, in.Instruction)
 		require.Equal(t, svc.HeartbeatInterval(), time.Duration(in.HeartbeatInterval))
 
 		// The pool's own agent keeps it warm; another agent may not.
@@ -116,26 +116,26 @@ func TestPoolsAPI(t *testing.T) {
 
 		rec = b.request(t, http.MethodPost, "/workers/pools/mistral/drain", "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		change := decode[client.PoolChange](t, rec)
+		change := decode[wire.PoolChange](t, rec)
 		require.True(t, change.Changed)
-		require.Equal(t, client.PoolDraining, change.Pool.Status)
+		require.Equal(t, wire.PoolDraining, change.Pool.Status)
 
-		rec = b.request(t, http.MethodPost, "/internal/workers/w1/heartbeat", "worker", client.WorkerHeartbeatRequest{
-			Status: client.WorkerExecuting, InFlight: 1, JobsClaimed: 1,
-			Telemetry: &client.NodeTelemetry{NodeID: "n1", Source: "simulated", GPUs: []client.GPUTelemetry{{Index: 0, MemoryTotalMB: 24576}}}})
+		rec = b.request(t, http.MethodPost, "/internal/workers/w1/heartbeat", "worker", wire.WorkerHeartbeatRequest{
+			Status: wire.WorkerExecuting, InFlight: 1, JobsClaimed: 1,
+			Telemetry: &wire.NodeTelemetry{NodeID: "n1", Source: "simulated", GPUs: []wire.GPUTelemetry{{Index: 0, MemoryTotalMB: 24576}}}})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		in = decode[client.WorkerInstruction](t, rec)
-		require.Equal(t, client.InstructionDrain, in.Instruction)
-		require.Equal(t, client.PoolDraining, in.PoolStatus)
+		in = decode[wire.WorkerInstruction](t, rec)
+		require.Equal(t, wire.InstructionDrain, in.Instruction)
+		require.Equal(t, wire.PoolDraining, in.PoolStatus)
 
-		rec = b.request(t, http.MethodPost, "/control/evict_pool", "admin", client.EvictRequest{PoolID: "mistral"})
+		rec = b.request(t, http.MethodPost, "/control/evict_pool", "admin", wire.EvictRequest{PoolID: "mistral"})
 		require.Equal(t, http.StatusOK, rec.Code)
-		require.Equal(t, client.PoolEvicted, decode[client.PoolChange](t, rec).Pool.Status)
+		require.Equal(t, wire.PoolEvicted, decode[wire.PoolChange](t, rec).Pool.Status)
 		requireError(t, b.request(t, http.MethodPost, "/workers/pools/mistral/drain", "admin", nil), http.StatusConflict, CodeConflict, "")
 
 		require.Equal(t, http.StatusNoContent, b.request(t, http.MethodPost, "/internal/workers/w1/deregister", "worker", nil).Code)
 		requireError(t, b.request(t, http.MethodPost, "/internal/workers/w1/heartbeat", "worker",
-			client.WorkerHeartbeatRequest{Status: client.WorkerIdle}), http.StatusNotFound, CodeNotFound, "")
+			wire.WorkerHeartbeatRequest{Status: wire.WorkerIdle}), http.StatusNotFound, CodeNotFound, "")
 	})
 
 	t.Run("ControlDrainAndReconcile", func(t *testing.T) {
@@ -148,15 +148,15 @@ func TestPoolsAPI(t *testing.T) {
 		}
 		rec := b.request(t, http.MethodPost, "/control/drain", "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code)
-		require.Len(t, decode[client.DrainAllResponse](t, rec).Drained, 2)
+		require.Len(t, decode[wire.DrainAllResponse](t, rec).Drained, 2)
 
 		rec = b.request(t, http.MethodPost, "/control/reconcile", "admin", nil)
 		require.Equal(t, http.StatusAccepted, rec.Code)
-		require.False(t, decode[client.ReconcileResponse](t, rec).Triggered, "no reconciler runs here")
+		require.False(t, decode[wire.ReconcileResponse](t, rec).Triggered, "no reconciler runs here")
 		woken := make(chan struct{}, 1)
 		svc.SetWaker(func() { woken <- struct{}{} })
 		rec = b.request(t, http.MethodPost, "/control/reconcile", "admin", nil)
-		require.True(t, decode[client.ReconcileResponse](t, rec).Triggered)
+		require.True(t, decode[wire.ReconcileResponse](t, rec).Triggered)
 		<-woken
 	})
 
@@ -185,11 +185,11 @@ func TestPoolMetadataVisibility(t *testing.T) {
 		out := map[string]string{}
 		rec := b.request(t, http.MethodGet, path, who, nil)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		var ps []client.Pool
+		var ps []wire.Pool
 		if path == "/workers/pools" {
-			ps = decode[client.PoolList](t, rec).Pools
+			ps = decode[wire.PoolList](t, rec).Pools
 		} else {
-			ps = []client.Pool{decode[client.Pool](t, rec)}
+			ps = []wire.Pool{decode[wire.Pool](t, rec)}
 		}
 		for _, p := range ps {
 			out[p.PoolID] = string(p.Metadata)

@@ -1,8 +1,8 @@
 // Package api is the orchestrator's HTTP API: the gin router, the handlers, bearer-token auth,
-// strict input decoding and the mapping of errors to JSON answers (client.ErrorBody).
+// strict input decoding and the mapping of errors to JSON answers (wire.ErrorBody).
 //
 // Handlers are thin: they authenticate, decode and check the input, convert between the wire
-// types of package client and the engine's types, and call the engine. Every decision about
+// types of package wire and the engine's types, and call the engine. Every decision about
 // job state lives in the engine.
 package api
 

@@ -6,9 +6,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // LeaderInfo is what /status needs of the leader elector (leader.Elector satisfies it).
@@ -21,20 +21,20 @@ type LeaderInfo interface {
 // status handles GET /status (any role): leader, term, since, and the queues.
 func (s *Server) status(c *gin.Context) {
 	ctx := c.Request.Context()
-	out := client.Status{Queues: []client.StatusQueue{}, Errors: map[string]string{}}
+	out := wire.Status{Queues: []wire.StatusQueue{}, Errors: map[string]string{}}
 	if s.leader != nil {
 		out.ThisInstanceLeads = s.leader.IsLeader()
 		if st, err := s.leader.Leader(ctx); err != nil {
 			s.log.Warn("status: read leader state", "error", err)
 			out.Errors["leader"] = "unavailable"
 		} else if st.Term > 0 {
-			out.Leader = &client.StatusLeader{LeaderID: st.LeaderID, Term: st.Term, Since: st.AcquiredAt.UTC(), RenewedAt: st.RenewedAt.UTC()}
+			out.Leader = &wire.StatusLeader{LeaderID: st.LeaderID, Term: st.Term, Since: st.AcquiredAt.UTC(), RenewedAt: st.RenewedAt.UTC()}
 		}
 	}
 	sc := s.engine.Streams()
 	for _, name := range s.cfg.TypeNames() {
 		jt := s.cfg.JobTypes[name]
-		q := client.StatusQueue{Type: name, Stream: jt.Stream}
+		q := wire.StatusQueue{Type: name, Stream: jt.Stream}
 		var err error
 		if q.Length, err = sc.Len(ctx, jt.Stream); err == nil {
 			q.PendingEntries, err = sc.PendingCount(ctx, jt.Stream, streams.GroupName(name))

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 type fakeLeader struct{ state store.LeaderState }
@@ -37,9 +37,9 @@ func TestStatus(t *testing.T) {
 
 	rec := b.request(t, http.MethodGet, "/status", "alice", nil)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	st := decode[client.Status](t, rec)
+	st := decode[wire.Status](t, rec)
 	require.True(t, st.ThisInstanceLeads)
-	require.Equal(t, &client.StatusLeader{LeaderID: "orch-a", Term: 7, Since: since, RenewedAt: since}, st.Leader)
+	require.Equal(t, &wire.StatusLeader{LeaderID: "orch-a", Term: 7, Since: since, RenewedAt: since}, st.Leader)
 	require.Empty(t, st.Errors)
 	lengths := map[string]int64{}
 	for _, q := range st.Queues {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // deepObject is a JSON object nested n deep: {"a":{"a":…{}…}}.
@@ -98,7 +98,7 @@ func TestSubmitBatchBadPayloadFailsAlone(t *testing.T) {
 				agent, bad)
 			rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "admin", body)
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-			resp := decode[client.SubmitBatchResponse](t, rec)
+			resp := decode[wire.SubmitBatchResponse](t, rec)
 			require.Equal(t, 2, resp.Created)
 			require.Equal(t, 1, resp.Failed)
 			e := resp.Results[1].Error

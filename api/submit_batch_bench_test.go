@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // BenchmarkSubmitBatch measures one POST /jobs/submit_batch of 1,000 no-op jobs through the
@@ -22,10 +22,10 @@ func BenchmarkSubmitBatch(b *testing.B) {
 	seq := 0
 	for b.Loop() {
 		b.StopTimer()
-		req := client.SubmitBatchRequest{Jobs: make([]client.SubmitRequest, batch)}
+		req := wire.SubmitBatchRequest{Jobs: make([]wire.SubmitRequest, batch)}
 		for i := range req.Jobs {
 			seq++
-			req.Jobs[i] = client.SubmitRequest{JobID: fmt.Sprintf("batch-%09d", seq), Type: "noop", Agent: "alice",
+			req.Jobs[i] = wire.SubmitRequest{JobID: fmt.Sprintf("batch-%09d", seq), Type: "noop", Agent: "alice",
 				Payload: json.RawMessage(`{}`)}
 		}
 		b.StartTimer()

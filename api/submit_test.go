@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // badSubmit is one submit body that must be refused with 400 naming field.
@@ -101,7 +101,7 @@ func TestSubmitBadInputLeavesNoRow(t *testing.T) {
 			require.Zero(t, b.countJobs(t, agent))
 		})
 	}
-	list := decode[client.JobList](t, b.request(t, http.MethodGet, "/jobs", "admin", nil))
+	list := decode[wire.JobList](t, b.request(t, http.MethodGet, "/jobs", "admin", nil))
 	require.Empty(t, list.Jobs)
 }
 
@@ -157,7 +157,7 @@ func TestSubmitUnknownTypeSaysHowToConfigure(t *testing.T) {
 	want(t, d.Message)
 	rec := b.request(t, http.MethodPost, "/jobs/submit_batch", "admin", `{"jobs":[{"type":"exec","agent":"a","payload":{}}]}`)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	res := decode[client.SubmitBatchResponse](t, rec)
+	res := decode[wire.SubmitBatchResponse](t, rec)
 	require.Len(t, res.Results, 1)
 	require.NotNil(t, res.Results[0].Error)
 	want(t, res.Results[0].Error.Message)
@@ -187,10 +187,10 @@ func TestSubmitAccepted(t *testing.T) {
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "alice",
 			`{"job_id":"null-payload","type":"noop","payload":null,"max_attempts":7,"timeout":"90s"}`)
 		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
-		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/null-payload", "alice", nil))
+		job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/null-payload", "alice", nil))
 		require.Equal(t, "alice", job.Agent, "the agent comes from the token")
 		require.Equal(t, 7, job.MaxAttempts)
-		require.Equal(t, client.Duration(90e9), job.Timeout)
+		require.Equal(t, wire.Duration(90e9), job.Timeout)
 		require.JSONEq(t, `null`, string(orNull(job.Payload)))
 	})
 	t.Run("TimeoutInSeconds", func(t *testing.T) {
@@ -198,8 +198,8 @@ func TestSubmitAccepted(t *testing.T) {
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "admin",
 			`{"job_id":"secs","type":"noop","agent":"carol","payload":[1],"timeout":2.5}`)
 		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
-		job := decode[client.Job](t, b.request(t, http.MethodGet, "/jobs/secs", "admin", nil))
-		require.Equal(t, client.Duration(2500e6), job.Timeout)
+		job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/secs", "admin", nil))
+		require.Equal(t, wire.Duration(2500e6), job.Timeout)
 		require.Equal(t, "carol", job.Agent, "an admin submits for any agent")
 		require.JSONEq(t, `[1]`, string(job.Payload))
 	})
@@ -232,5 +232,5 @@ func TestSubmitBodyMatchesWire(t *testing.T) {
 		}
 		return out
 	}
-	require.ElementsMatch(t, names(client.SubmitRequest{}), names(submitBody{}))
+	require.ElementsMatch(t, names(wire.SubmitRequest{}), names(submitBody{}))
 }

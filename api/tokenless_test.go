@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // tokenlessCall is one request to a real server on 127.0.0.1.
@@ -22,7 +22,7 @@ type tokenlessCall struct {
 	host, origin, fetchSite, token  string
 }
 
-func doCall(t *testing.T, base string, c tokenlessCall) (int, client.ErrorDetail) {
+func doCall(t *testing.T, base string, c tokenlessCall) (int, wire.ErrorDetail) {
 	t.Helper()
 	var body io.Reader
 	if c.body != "" {
@@ -51,7 +51,7 @@ func doCall(t *testing.T, base string, c tokenlessCall) (int, client.ErrorDetail
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	var eb client.ErrorBody
+	var eb wire.ErrorBody
 	if resp.StatusCode >= 400 {
 		require.NoError(t, json.Unmarshal(raw, &eb), "a JSON error body: %s", raw)
 		require.NotEmpty(t, eb.Error.Message)
@@ -73,7 +73,7 @@ func TestTokenlessMode(t *testing.T) {
 	require.NoError(t, err)
 	port := u.Port()
 	const job = `{"type":"noop","agent":"dev","payload":{}}`
-	submit := func(c tokenlessCall) (int, client.ErrorDetail) {
+	submit := func(c tokenlessCall) (int, wire.ErrorDetail) {
 		c.method, c.path, c.body = http.MethodPost, "/jobs/submit", job
 		return doCall(t, ts.URL, c)
 	}

@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/tracing"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // untracedRoutes are scraped or probed every few seconds: a span each would drown the traces.
@@ -48,7 +48,7 @@ func (s *Server) traceRequests(c *gin.Context) {
 // job.claim span over the claim call and, for a claimed job, a lease.grant child span: the
 // claim placed its lease in the same transaction, so both cover the call's time. The spans
 // link to the call's own span, which serves many jobs' traces at once.
-func (s *Server) traceClaims(ctx context.Context, start time.Time, req client.ClaimRequest, res engine.ClaimResult) {
+func (s *Server) traceClaims(ctx context.Context, start time.Time, req wire.ClaimRequest, res engine.ClaimResult) {
 	parents := traceParents(len(req.Jobs), func(i int) (string, string) { return req.Jobs[i].JobID, req.Jobs[i].TraceParent })
 	if len(parents) == 0 {
 		return
@@ -91,7 +91,7 @@ func (s *Server) traceClaims(ctx context.Context, start time.Time, req client.Cl
 
 // traceCompletions records a job.complete span per result in its job's trace (the traceparent
 // of the worker's run span), with the outcome the completion had.
-func (s *Server) traceCompletions(ctx context.Context, start time.Time, req client.CompleteRequest, res engine.CompleteResult) {
+func (s *Server) traceCompletions(ctx context.Context, start time.Time, req wire.CompleteRequest, res engine.CompleteResult) {
 	parents := traceParents(len(req.Results), func(i int) (string, string) { return req.Results[i].JobID, req.Results[i].TraceParent })
 	if len(parents) == 0 {
 		return

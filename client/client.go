@@ -1,3 +1,6 @@
+// Package client is the typed Go client of the orchestrator's HTTP API, for agents, orchctl and
+// the worker binary. The request and answer types are package wire's, re-exported here as
+// aliases (client.SubmitRequest is wire.SubmitRequest), so the SDK's users need no other import.
 package client
 
 import (

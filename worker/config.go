@@ -8,19 +8,19 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // API is the part of the orchestrator's API a worker calls. *client.Client implements it; tests
 // use an in-memory fake.
 type API interface {
-	Claim(ctx context.Context, req client.ClaimRequest) (client.ClaimResponse, error)
-	Start(ctx context.Context, req client.StartRequest) (client.StartResponse, error)
-	Complete(ctx context.Context, req client.CompleteRequest) (client.CompleteResponse, error)
-	RenewLeases(ctx context.Context, req client.RenewRequest) (client.RenewResponse, error)
+	Claim(ctx context.Context, req wire.ClaimRequest) (wire.ClaimResponse, error)
+	Start(ctx context.Context, req wire.StartRequest) (wire.StartResponse, error)
+	Complete(ctx context.Context, req wire.CompleteRequest) (wire.CompleteResponse, error)
+	RenewLeases(ctx context.Context, req wire.RenewRequest) (wire.RenewResponse, error)
 }
 
 // Runtime defaults.

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/tracing"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // runBuckets are the buckets of the run time histogram, in seconds (as the orchestrator's
@@ -53,8 +53,8 @@ func NewMetrics(types []string) *Metrics {
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.runs, m.runTime, m.running)
 	for _, t := range types {
-		m.runs.WithLabelValues(t, client.ResultDone)
-		m.runs.WithLabelValues(t, client.ResultFailed)
+		m.runs.WithLabelValues(t, wire.ResultDone)
+		m.runs.WithLabelValues(t, wire.ResultFailed)
 		m.runTime.WithLabelValues(t)
 		m.running.WithLabelValues(t)
 	}
@@ -113,7 +113,7 @@ func (w *Worker) startRun(ctx context.Context, r *run) (context.Context, trace.S
 func (w *Worker) endRun(ctx context.Context, span trace.Span, r *run, took time.Duration) {
 	r.result.TraceParent = tracing.TraceParent(ctx)
 	var err error
-	if r.result.Status != client.ResultDone {
+	if r.result.Status != wire.ResultDone {
 		err = errors.New(r.result.Error)
 	}
 	tracing.End(span, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // failingHandler fails every job.
@@ -55,9 +55,9 @@ func TestWorkerMetricsEndpoint(t *testing.T) {
 		runs[[2]string{s.GetLabel()[0].GetValue(), s.GetLabel()[1].GetValue()}] = s.GetCounter().GetValue()
 	}
 	require.Equal(t, map[[2]string]float64{
-		{client.ResultDone, "noop"}: 3, {client.ResultFailed, "noop"}: 0,
-		{client.ResultDone, "fail"}: 0, {client.ResultFailed, "fail"}: 2,
-		{client.ResultDone, "idle"}: 0, {client.ResultFailed, "idle"}: 0,
+		{wire.ResultDone, "noop"}: 3, {wire.ResultFailed, "noop"}: 0,
+		{wire.ResultDone, "fail"}: 0, {wire.ResultFailed, "fail"}: 2,
+		{wire.ResultDone, "idle"}: 0, {wire.ResultFailed, "idle"}: 0,
 	}, runs, "labels sort as result, type")
 	for _, s := range fams["gpu_orchestrator_worker_running_jobs"].GetMetric() {
 		require.Zero(t, s.GetGauge().GetValue(), "nothing runs after the drain")

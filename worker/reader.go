@@ -8,6 +8,7 @@ import (
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 func streamsGroup(t *config.JobType) string { return streams.GroupName(t.Name) }
@@ -68,7 +69,7 @@ func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Deli
 	if len(cb.drop) > 0 {
 		w.log.Warn("dropping stream entries without a job_id", "stream", t.Stream, "count", len(cb.drop))
 	}
-	var resp client.ClaimResponse
+	var resp wire.ClaimResponse
 	var runs []*run // the results that rode along and were recorded
 	if len(cb.items) > 0 {
 		runs = w.results.take()
@@ -104,7 +105,7 @@ func (w *Worker) claim(ctx context.Context, t *config.JobType, ds []streams.Deli
 // claimBatch is what a claim asks for: one item per job (duplicate entries of a job ride along
 // with it, by job), and the entries that name no job.
 type claimBatch struct {
-	items []client.ClaimItem
+	items []wire.ClaimItem
 	byJob map[string][]streams.Delivery
 	drop  []streams.Delivery
 }
@@ -117,7 +118,7 @@ func newClaimBatch(ds []streams.Delivery) claimBatch {
 			continue
 		}
 		if _, dup := cb.byJob[d.JobID]; !dup {
-			cb.items = append(cb.items, client.ClaimItem{JobID: d.JobID, Stream: d.Stream, MessageID: d.ID, TraceParent: d.TraceParent})
+			cb.items = append(cb.items, wire.ClaimItem{JobID: d.JobID, Stream: d.Stream, MessageID: d.ID, TraceParent: d.TraceParent})
 		}
 		// Duplicate entries of one job ride along and are acked with it.
 		cb.byJob[d.JobID] = append(cb.byJob[d.JobID], d)
@@ -127,10 +128,10 @@ func newClaimBatch(ds []streams.Delivery) claimBatch {
 
 // claimCall makes one claim call, with the results of runs if any, retrying what a retry can
 // change while ctx lasts; callCtx carries each call.
-func (w *Worker) claimCall(ctx, callCtx context.Context, items []client.ClaimItem, runs []*run) (client.ClaimResponse, error) {
-	var resp client.ClaimResponse
+func (w *Worker) claimCall(ctx, callCtx context.Context, items []wire.ClaimItem, runs []*run) (wire.ClaimResponse, error) {
+	var resp wire.ClaimResponse
 	err := w.retry(ctx, "claim jobs", isRefusedBatch, func(context.Context) error {
-		req := client.ClaimRequest{
+		req := wire.ClaimRequest{
 			WorkerID: w.cfg.WorkerID, PoolID: w.cfg.PoolID, NodeID: w.cfg.NodeID,
 			Jobs: items, Results: resultsOf(runs), InFlight: w.runningIDs(),
 		}
@@ -144,7 +145,7 @@ func (w *Worker) claimCall(ctx, callCtx context.Context, items []client.ClaimIte
 // applyClaim starts the jobs a claim answer gave this worker and settles the other entries:
 // refused ones are acked and dropped (retry_later ones left for later delivery), and their
 // slots given back. It reports whether some entry was refused with retry_later.
-func (w *Worker) applyClaim(t *config.JobType, ds []streams.Delivery, cb claimBatch, resp client.ClaimResponse) (retryLater bool) {
+func (w *Worker) applyClaim(t *config.JobType, ds []streams.Delivery, cb claimBatch, resp wire.ClaimResponse) (retryLater bool) {
 	w.cancelJobs(resp.Cancel)
 	drop := cb.drop
 	claimed := map[string]bool{}
@@ -165,7 +166,7 @@ func (w *Worker) applyClaim(t *config.JobType, ds []streams.Delivery, cb claimBa
 		}
 		claimed[rf.JobID] = true // settled
 		w.slots.release(len(mine))
-		if rf.Reason == client.ReasonRetryLater {
+		if rf.Reason == wire.ReasonRetryLater {
 			retryLater = true
 			w.log.Debug("claim refused for now; entry left for later delivery", "job_id", rf.JobID)
 			continue

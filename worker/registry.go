@@ -10,13 +10,14 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Registrar is the part of the API that keeps the worker registry. *client.Client implements
 // it.
 type Registrar interface {
-	RegisterWorker(ctx context.Context, req client.RegisterWorkerRequest) (client.WorkerInstruction, error)
-	WorkerHeartbeat(ctx context.Context, id string, req client.WorkerHeartbeatRequest) (client.WorkerInstruction, error)
+	RegisterWorker(ctx context.Context, req wire.RegisterWorkerRequest) (wire.WorkerInstruction, error)
+	WorkerHeartbeat(ctx context.Context, id string, req wire.WorkerHeartbeatRequest) (wire.WorkerInstruction, error)
 	DeregisterWorker(ctx context.Context, id string) error
 }
 
@@ -96,7 +97,7 @@ func (m *membership) loop(ctx, runCtx context.Context) {
 }
 
 // beat registers the worker when it is not (or no longer) known, and heartbeats otherwise.
-func (m *membership) beat(ctx, runCtx context.Context) (client.WorkerInstruction, error) {
+func (m *membership) beat(ctx, runCtx context.Context) (wire.WorkerInstruction, error) {
 	ctx, cancel := context.WithTimeout(ctx, registryCallTimeout)
 	defer cancel()
 	if m.registered {
@@ -118,7 +119,7 @@ func (m *membership) beat(ctx, runCtx context.Context) (client.WorkerInstruction
 	return in, nil
 }
 
-func (m *membership) registration() client.RegisterWorkerRequest {
+func (m *membership) registration() wire.RegisterWorkerRequest {
 	host := m.w.cfg.Hostname
 	if host == "" {
 		host, _ = os.Hostname()
@@ -128,20 +129,20 @@ func (m *membership) registration() client.RegisterWorkerRequest {
 		types = append(types, name)
 	}
 	sort.Strings(types)
-	return client.RegisterWorkerRequest{WorkerID: m.w.cfg.WorkerID, PoolID: m.w.cfg.PoolID,
+	return wire.RegisterWorkerRequest{WorkerID: m.w.cfg.WorkerID, PoolID: m.w.cfg.PoolID,
 		NodeID: m.w.cfg.NodeID, Hostname: host, PID: os.Getpid(), Types: types, Concurrency: m.w.cfg.Concurrency}
 }
 
 // heartbeat is the worker's state now; the telemetry snapshot when it reads the node's GPUs.
-func (m *membership) heartbeat(ctx, runCtx context.Context) client.WorkerHeartbeatRequest {
+func (m *membership) heartbeat(ctx, runCtx context.Context) wire.WorkerHeartbeatRequest {
 	inFlight := m.w.runningCount()
-	req := client.WorkerHeartbeatRequest{Status: client.WorkerIdle, InFlight: inFlight,
+	req := wire.WorkerHeartbeatRequest{Status: wire.WorkerIdle, InFlight: inFlight,
 		JobsClaimed: m.w.claimed.Load()}
 	switch {
 	case runCtx.Err() != nil:
-		req.Status = client.WorkerDraining
+		req.Status = wire.WorkerDraining
 	case inFlight > 0:
-		req.Status = client.WorkerExecuting
+		req.Status = wire.WorkerExecuting
 	}
 	if m.w.cfg.Telemetry != nil {
 		if snap, err := m.w.cfg.Telemetry.Snapshot(ctx); err == nil {
@@ -154,7 +155,7 @@ func (m *membership) heartbeat(ctx, runCtx context.Context) client.WorkerHeartbe
 // obey applies an answer: the heartbeat interval, and a drain or stop order. Drain ends Run's
 // context (Run then stops reading, lets the jobs in flight finish within ShutdownGrace, reports
 // them, which releases their leases, and returns); stop also cancels the jobs at once.
-func (m *membership) obey(in client.WorkerInstruction) {
+func (m *membership) obey(in wire.WorkerInstruction) {
 	if d := time.Duration(in.HeartbeatInterval); d > 0 {
 		m.interval = d
 	}
@@ -162,10 +163,10 @@ func (m *membership) obey(in client.WorkerInstruction) {
 		return
 	}
 	switch in.Instruction {
-	case client.InstructionDrain:
+	case wire.InstructionDrain:
 		m.w.log.Info("the orchestrator ordered a drain", "pool_status", in.PoolStatus, "running", m.w.runningCount())
 		m.end(errDrainOrdered)
-	case client.InstructionStop:
+	case wire.InstructionStop:
 		m.w.log.Warn("the orchestrator ordered a stop; cancelling the jobs in flight", "pool_status", in.PoolStatus,
 			"job_ids", m.w.runningIDs())
 		m.w.handlerCancel(errShutdown)

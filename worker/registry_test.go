@@ -11,39 +11,40 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // fakeRegistrar is the registry side of the API in memory.
 type fakeRegistrar struct {
 	mu           sync.Mutex
-	registers    []client.RegisterWorkerRequest
-	beats        []client.WorkerHeartbeatRequest
+	registers    []wire.RegisterWorkerRequest
+	beats        []wire.WorkerHeartbeatRequest
 	deregistered int
 	instruction  string
 	failRegister int  // registrations to refuse with a 503 first
 	forget       bool // the next heartbeat answers 404
 }
 
-func (f *fakeRegistrar) RegisterWorker(_ context.Context, req client.RegisterWorkerRequest) (client.WorkerInstruction, error) {
+func (f *fakeRegistrar) RegisterWorker(_ context.Context, req wire.RegisterWorkerRequest) (wire.WorkerInstruction, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failRegister > 0 {
 		f.failRegister--
-		return client.WorkerInstruction{}, &client.APIError{StatusCode: http.StatusServiceUnavailable, Code: "unavailable"}
+		return wire.WorkerInstruction{}, &client.APIError{StatusCode: http.StatusServiceUnavailable, Code: "unavailable"}
 	}
 	f.registers = append(f.registers, req)
-	return client.WorkerInstruction{Instruction: f.instruction, HeartbeatInterval: client.Duration(10 * time.Millisecond)}, nil
+	return wire.WorkerInstruction{Instruction: f.instruction, HeartbeatInterval: wire.Duration(10 * time.Millisecond)}, nil
 }
 
-func (f *fakeRegistrar) WorkerHeartbeat(_ context.Context, _ string, req client.WorkerHeartbeatRequest) (client.WorkerInstruction, error) {
+func (f *fakeRegistrar) WorkerHeartbeat(_ context.Context, _ string, req wire.WorkerHeartbeatRequest) (wire.WorkerInstruction, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.forget {
 		f.forget = false
-		return client.WorkerInstruction{}, &client.APIError{StatusCode: http.StatusNotFound, Code: "not_found"}
+		return wire.WorkerInstruction{}, &client.APIError{StatusCode: http.StatusNotFound, Code: "not_found"}
 	}
 	f.beats = append(f.beats, req)
-	return client.WorkerInstruction{Instruction: f.instruction, HeartbeatInterval: client.Duration(10 * time.Millisecond)}, nil
+	return wire.WorkerInstruction{Instruction: f.instruction, HeartbeatInterval: wire.Duration(10 * time.Millisecond)}, nil
 }
 
 func (f *fakeRegistrar) DeregisterWorker(context.Context, string) error {
@@ -60,7 +61,7 @@ func (f *fakeRegistrar) order(in string) {
 }
 
 // snapshot returns copies of what the registrar received.
-func (f *fakeRegistrar) snapshot() (regs []client.RegisterWorkerRequest, beats []client.WorkerHeartbeatRequest, deregistered int) {
+func (f *fakeRegistrar) snapshot() (regs []wire.RegisterWorkerRequest, beats []wire.WorkerHeartbeatRequest, deregistered int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append(regs, f.registers...), append(beats, f.beats...), f.deregistered
@@ -111,9 +112,9 @@ func TestMembership(t *testing.T) {
 
 		regs, beats, deregistered := reg.snapshot()
 		require.Len(t, regs, 2, "registered after two refusals, and again after the registry forgot it")
-		require.Equal(t, client.RegisterWorkerRequest{WorkerID: "w1", PoolID: "p1", NodeID: "n1", Hostname: "gpu-7",
+		require.Equal(t, wire.RegisterWorkerRequest{WorkerID: "w1", PoolID: "p1", NodeID: "n1", Hostname: "gpu-7",
 			PID: os.Getpid(), Types: []string{"noop"}, Concurrency: 8}, regs[0])
-		require.Equal(t, client.WorkerIdle, beats[0].Status)
+		require.Equal(t, wire.WorkerIdle, beats[0].Status)
 		require.Equal(t, 1, deregistered, "a clean exit deregisters")
 	})
 
@@ -129,10 +130,10 @@ func TestMembership(t *testing.T) {
 		b.publish(t, "block", "block", `{}`, "b1")
 		<-h.running
 
-		reg.order(client.InstructionDrain)
+		reg.order(wire.InstructionDrain)
 		require.Eventually(t, func() bool {
 			_, beats, _ := reg.snapshot()
-			return len(beats) > 0 && beats[len(beats)-1].Status == client.WorkerDraining
+			return len(beats) > 0 && beats[len(beats)-1].Status == wire.WorkerDraining
 		}, 10*time.Second, 5*time.Millisecond, "the worker reports itself draining")
 		select {
 		case err := <-done:
@@ -143,7 +144,7 @@ func TestMembership(t *testing.T) {
 		waitRun(t, done)
 		res, ok := b.api.result("b1")
 		require.True(t, ok)
-		require.Equal(t, client.ResultDone, res.Status, "the job in flight finished")
+		require.Equal(t, wire.ResultDone, res.Status, "the job in flight finished")
 		_, _, deregistered := reg.snapshot()
 		require.Equal(t, 1, deregistered)
 	})
@@ -160,11 +161,11 @@ func TestMembership(t *testing.T) {
 		_, done := runWorker(t, cfg)
 		b.publish(t, "block", "block", `{}`, "s1")
 		<-h.running
-		reg.order(client.InstructionStop)
+		reg.order(wire.InstructionStop)
 		waitRun(t, done)
 		res, ok := b.api.result("s1")
 		require.True(t, ok)
-		require.Equal(t, client.ResultFailed, res.Status)
+		require.Equal(t, wire.ResultFailed, res.Status)
 		require.Equal(t, errShutdown.Error(), res.Error)
 	})
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // renewFirstTimeout bounds the renewal Run makes before it starts reading: the first claim
@@ -89,7 +89,7 @@ func (w *Worker) renewOnce(ctx context.Context) error {
 		runs = append(runs, r)
 	}
 	w.mu.Unlock()
-	req := client.RenewRequest{WorkerID: w.cfg.WorkerID, NodeID: w.cfg.NodeID, Tokens: []string{}}
+	req := wire.RenewRequest{WorkerID: w.cfg.WorkerID, NodeID: w.cfg.NodeID, Tokens: []string{}}
 	for _, r := range runs {
 		if r.job.LeaseToken != "" && !r.leaseGone.Load() {
 			req.Tokens = append(req.Tokens, r.job.LeaseToken)
@@ -107,7 +107,7 @@ func (w *Worker) renewOnce(ctx context.Context) error {
 	}
 	var err error
 	if len(req.Tokens) > 0 || req.Telemetry != nil {
-		var resp client.RenewResponse
+		var resp wire.RenewResponse
 		if resp, err = w.cfg.API.RenewLeases(ctx, req); err == nil {
 			w.dropGone(runs, resp.Gone)
 			if sim != nil {
@@ -126,11 +126,11 @@ func (w *Worker) renewOnce(ctx context.Context) error {
 // result is what released the lease, in a round that ended while the renewal was in flight;
 // when it was not, the result's outcome says so (lease_expired). A run no longer held was
 // acknowledged since the renewal was sent, and is left alone.
-func (w *Worker) dropGone(runs []*run, gone []client.GoneLease) {
+func (w *Worker) dropGone(runs []*run, gone []wire.GoneLease) {
 	if len(gone) == 0 {
 		return
 	}
-	byToken := make(map[string]client.GoneLease, len(gone))
+	byToken := make(map[string]wire.GoneLease, len(gone))
 	for _, g := range gone {
 		byToken[g.Token] = g
 	}
@@ -155,7 +155,7 @@ func (w *Worker) dropGone(runs []*run, gone []client.GoneLease) {
 // followReserved makes simulated GPUs show as used what the node's leases reserve (the
 // orchestrator's answer), the same level-based model as the orchestrator's own simulated node:
 // every process reporting a simulated node reports the same usage.
-func followReserved(sim *telemetry.Simulated, reserved []client.GPUReservation) {
+func followReserved(sim *telemetry.Simulated, reserved []wire.GPUReservation) {
 	snap, err := sim.Snapshot(context.Background())
 	if err != nil {
 		return
@@ -170,16 +170,16 @@ func followReserved(sim *telemetry.Simulated, reserved []client.GPUReservation) 
 }
 
 // telemetryToWire converts a snapshot for the renew call; the node is the worker's.
-func telemetryToWire(s telemetry.Snapshot, nodeID string) *client.NodeTelemetry {
-	out := &client.NodeTelemetry{NodeID: nodeID, Taken: s.Taken.UTC(), Source: s.Source,
-		GPUs: make([]client.GPUTelemetry, 0, len(s.GPUs))}
+func telemetryToWire(s telemetry.Snapshot, nodeID string) *wire.NodeTelemetry {
+	out := &wire.NodeTelemetry{NodeID: nodeID, Taken: s.Taken.UTC(), Source: s.Source,
+		GPUs: make([]wire.GPUTelemetry, 0, len(s.GPUs))}
 	for _, g := range s.GPUs {
-		out.GPUs = append(out.GPUs, client.GPUTelemetry{Index: g.Index, UUID: g.UUID, Name: g.Name,
+		out.GPUs = append(out.GPUs, wire.GPUTelemetry{Index: g.Index, UUID: g.UUID, Name: g.Name,
 			MemoryTotalMB: g.MemoryTotalMB, MemoryUsedMB: g.MemoryUsedMB, UtilizationPct: g.UtilizationPct,
 			TemperatureC: g.TemperatureC, PowerWatts: g.PowerWatts})
 	}
 	for _, g := range s.Lost {
-		out.Lost = append(out.Lost, client.LostGPUTelemetry{Index: g.Index, UUID: g.UUID, Reason: g.Reason})
+		out.Lost = append(out.Lost, wire.LostGPUTelemetry{Index: g.Index, UUID: g.UUID, Reason: g.Reason})
 	}
 	return out
 }

@@ -17,16 +17,16 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // renewals returns a copy of the renew calls so far.
-func (f *fakeAPI) renewCalls() []client.RenewRequest {
+func (f *fakeAPI) renewCalls() []wire.RenewRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]client.RenewRequest(nil), f.renewals...)
+	return append([]wire.RenewRequest(nil), f.renewals...)
 }
 
 func TestRenewer(t *testing.T) {
@@ -40,7 +40,7 @@ func TestRenewer(t *testing.T) {
 		sim, err := telemetry.NewSimulated("n1", "2x24576")
 		require.NoError(t, err)
 		b.api.mu.Lock()
-		b.api.reserved = []client.GPUReservation{{GPUIndex: 1, ReservedMB: 5000}}
+		b.api.reserved = []wire.GPUReservation{{GPUIndex: 1, ReservedMB: 5000}}
 		b.api.mu.Unlock()
 		cfg := b.cfg(jobType("block", "block"))
 		cfg.LeaseTTL, cfg.Telemetry = 300*time.Millisecond, sim
@@ -100,7 +100,7 @@ func TestRenewer(t *testing.T) {
 		// The renewal learns the lease is gone and cancels the handler; the API refuses its
 		// result with a 409 lease_expired, and the worker drops it and acks the entry instead
 		// of retrying forever.
-		require.Eventually(t, func() bool { return b.api.outcome("zombie") == client.OutcomeLeaseExpired },
+		require.Eventually(t, func() bool { return b.api.outcome("zombie") == wire.OutcomeLeaseExpired },
 			10*time.Second, 5*time.Millisecond)
 		b.requirePending(t, "block", 0)
 		require.Eventually(t, func() bool { return w.slots.inUse() <= 1 }, 5*time.Second, time.Millisecond)
@@ -120,7 +120,7 @@ func TestRenewer(t *testing.T) {
 		b.start(t, cfg)
 		b.publish(t, "noop", "noop", `{}`, "late", "fine")
 		require.Eventually(t, func() bool {
-			return b.api.outcome("late") == client.OutcomeLeaseExpired && b.api.outcome("fine") == client.OutcomeDone
+			return b.api.outcome("late") == wire.OutcomeLeaseExpired && b.api.outcome("fine") == wire.OutcomeDone
 		}, 10*time.Second, 5*time.Millisecond)
 		b.requirePending(t, "noop", 0)
 	})
@@ -142,7 +142,7 @@ func TestRenewer(t *testing.T) {
 		close(h.gate)
 		require.Eventually(t, func() bool {
 			r, ok := b.api.result("j")
-			return ok && r.Status == client.ResultDone
+			return ok && r.Status == wire.ResultDone
 		}, 10*time.Second, 5*time.Millisecond)
 	})
 }
@@ -192,10 +192,10 @@ func TestDropGone(t *testing.T) {
 	w.running["running"] = running
 	w.held[running], w.held[finished] = struct{}{}, struct{}{}
 
-	w.dropGone([]*run{running, finished, acked}, []client.GoneLease{
-		{Token: "lease-running", Status: client.LeaseExpired},
-		{Token: "lease-finished", Status: client.LeaseReleased},
-		{Token: "lease-acked", Status: client.LeaseReleased},
+	w.dropGone([]*run{running, finished, acked}, []wire.GoneLease{
+		{Token: "lease-running", Status: wire.LeaseExpired},
+		{Token: "lease-finished", Status: wire.LeaseReleased},
+		{Token: "lease-acked", Status: wire.LeaseReleased},
 	})
 
 	require.ErrorIs(t, context.Cause(runningCtx), errLeaseLost, "the running handler is stopped")
@@ -306,7 +306,7 @@ func TestRenewalsDoNotWaitForTouches(t *testing.T) {
 	close(h.gate)
 	require.Eventually(t, func() bool {
 		r, ok := b.api.result("j1")
-		return ok && r.Status == client.ResultDone
+		return ok && r.Status == wire.ResultDone
 	}, 30*time.Second, 5*time.Millisecond)
 	b.requirePending(t, "block", 0)
 }
@@ -424,7 +424,7 @@ func TestClaimedJobsDoNotWaitForAcks(t *testing.T) {
 	close(h.gate)
 	require.Eventually(t, func() bool {
 		r, ok := b.api.result("slow")
-		return ok && r.Status == client.ResultDone
+		return ok && r.Status == wire.ResultDone
 	}, 30*time.Second, 5*time.Millisecond)
 	b.requirePending(t, "block", 0)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // flushStarts reports one batch of starts. A start report is advisory (the result says it all),
@@ -28,10 +29,10 @@ func (w *Worker) flushStarts(ctx context.Context, runs []*run) {
 	if len(ids) == 0 {
 		return // every job of the batch ended first: their results carry the starts
 	}
-	var resp client.StartResponse
+	var resp wire.StartResponse
 	err := w.retry(ctx, "report job starts", isPermanentAPIError, func(ctx context.Context) error {
 		var err error
-		resp, err = w.cfg.API.Start(ctx, client.StartRequest{WorkerID: w.cfg.WorkerID, JobIDs: ids})
+		resp, err = w.cfg.API.Start(ctx, wire.StartRequest{WorkerID: w.cfg.WorkerID, JobIDs: ids})
 		return err
 	})
 	if err != nil {
@@ -55,11 +56,11 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 	if w.claimAlong(ctx, runs) {
 		return
 	}
-	var resp client.CompleteResponse
+	var resp wire.CompleteResponse
 	err := w.retry(ctx, "report job results",
 		func(err error) bool { return isLeaseExpired(err) || (len(runs) > 1 && isPermanentAPIError(err)) },
 		func(ctx context.Context) error {
-			req := client.CompleteRequest{WorkerID: w.cfg.WorkerID, Results: resultsOf(runs), InFlight: w.runningIDs()}
+			req := wire.CompleteRequest{WorkerID: w.cfg.WorkerID, Results: resultsOf(runs), InFlight: w.runningIDs()}
 			var err error
 			resp, err = w.cfg.API.Complete(ctx, req)
 			return err
@@ -70,7 +71,7 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 			w.log.Warn("result refused: the job's lease expired and the job was handed to another worker; dropping it",
 				"job_id", r.job.ID, "attempt", r.job.Attempt, "lease_token", r.job.LeaseToken)
 		}
-		resp = client.CompleteResponse{}
+		resp = wire.CompleteResponse{}
 	case err != nil && ctx.Err() == nil:
 		w.log.Warn("result batch refused; splitting it", "error", err, "results", len(runs))
 		w.flushResults(ctx, runs[:len(runs)/2])
@@ -91,11 +92,11 @@ func (w *Worker) flushResults(ctx context.Context, runs []*run) {
 }
 
 // resultsOf is the report of runs' results, each with its elapsed time as of now.
-func resultsOf(runs []*run) []client.JobResult {
+func resultsOf(runs []*run) []wire.JobResult {
 	if len(runs) == 0 {
 		return nil
 	}
-	out := make([]client.JobResult, len(runs))
+	out := make([]wire.JobResult, len(runs))
 	for i, r := range runs {
 		out[i] = r.result
 		out[i].ElapsedUS = time.Since(r.began).Microseconds()
@@ -113,16 +114,16 @@ func (w *Worker) requeueResults(runs []*run) {
 // settleResults ends runs whose results the API answered (outcomes): it logs what was not
 // recorded, acks the entries and gives back their slots, less keep slots that the caller takes
 // over for entries it read in the same round.
-func (w *Worker) settleResults(runs []*run, outcomes []client.CompleteOutcome, keep int) {
+func (w *Worker) settleResults(runs []*run, outcomes []wire.CompleteOutcome, keep int) {
 	if len(runs) == 0 {
 		return
 	}
 	for _, o := range outcomes {
 		switch o.Outcome {
-		case client.OutcomeStale:
+		case wire.OutcomeStale:
 			w.log.Info("result not recorded: the job is no longer this worker's attempt", "job_id", o.JobID,
 				"status", o.Status)
-		case client.OutcomeLeaseExpired:
+		case wire.OutcomeLeaseExpired:
 			w.log.Warn("result refused: the job's lease expired and the job was handed to another worker; dropping it",
 				"job_id", o.JobID, "status", o.Status)
 		default:
@@ -141,7 +142,7 @@ func (w *Worker) settleResults(runs []*run, outcomes []client.CompleteOutcome, k
 // expired lease.
 func isLeaseExpired(err error) bool {
 	var apiErr *client.APIError
-	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusConflict && apiErr.Code == client.CodeLeaseExpired
+	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusConflict && apiErr.Code == wire.CodeLeaseExpired
 }
 
 // releaseRuns ends the runs: their slots come back and their leases are no longer renewed.

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // maxErrorBytes caps the error text reported for a failed attempt.
@@ -29,7 +29,7 @@ type run struct {
 	// startState says where the start report is: startQueued until a flush takes it
 	// (startSending) or the result, ready first, takes it along (startFolded).
 	startState atomic.Int32
-	result     client.JobResult
+	result     wire.JobResult
 	began      time.Time
 	// leaseTTL is the TTL of the job's lease (0: unknown); the renewer renews every third of it.
 	leaseTTL time.Duration
@@ -45,7 +45,7 @@ const (
 )
 
 // startJob starts the handler of a claimed job in its own goroutine and queues its start report.
-func (w *Worker) startJob(t *config.JobType, cj client.ClaimedJob, ds []streams.Delivery) {
+func (w *Worker) startJob(t *config.JobType, cj wire.ClaimedJob, ds []streams.Delivery) {
 	timeout := time.Duration(cj.Timeout)
 	if timeout <= 0 {
 		timeout = t.Timeout
@@ -105,13 +105,13 @@ func (w *Worker) execute(ctx context.Context, r *run) {
 	if len(out) > 0 && !json.Valid(out) {
 		out = outputJSON(out) // a custom handler's text must not break the whole report
 	}
-	r.result = client.JobResult{JobID: r.job.ID, Attempt: r.job.Attempt, LeaseToken: r.job.LeaseToken, Result: out}
+	r.result = wire.JobResult{JobID: r.job.ID, Attempt: r.job.Attempt, LeaseToken: r.job.LeaseToken, Result: out}
 	took := time.Since(r.began)
 	if err == nil {
-		r.result.Status = client.ResultDone
+		r.result.Status = wire.ResultDone
 		log.DebugContext(ctx, "job done", "took_seconds", took.Seconds())
 	} else {
-		r.result.Status = client.ResultFailed
+		r.result.Status = wire.ResultFailed
 		r.result.Error, r.result.NonRetryable = failureText(err, cause, r.job.Timeout)
 		log.InfoContext(ctx, "job failed", "took_seconds", took.Seconds(), "error", r.result.Error, "non_retryable", r.result.NonRetryable)
 	}

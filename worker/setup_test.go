@@ -18,6 +18,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // fakeJob is a job row of the fake API.
@@ -37,7 +38,7 @@ type fakeAPI struct {
 	refuse    map[string]string // job id -> forced refusal reason
 	cancelled map[string]bool
 	started   map[string]bool
-	results   map[string]client.JobResult
+	results   map[string]wire.JobResult
 	outcomes  map[string]string
 	// claims counts claim calls per job id.
 	claims map[string]int
@@ -53,9 +54,9 @@ type fakeAPI struct {
 	unstartedResults int
 	// renewals are the renew calls received; gone are the lease tokens renewals report gone;
 	// reserved is what renewals answer as reserved per GPU.
-	renewals []client.RenewRequest
+	renewals []wire.RenewRequest
 	gone     map[string]bool
-	reserved []client.GPUReservation
+	reserved []wire.GPUReservation
 	// expired are lease tokens whose results are refused with lease_expired (as an outcome;
 	// a call whose every result is expired gets the API's 409).
 	expired map[string]bool
@@ -69,7 +70,7 @@ type fakeAPI struct {
 func newFakeAPI() *fakeAPI {
 	return &fakeAPI{
 		jobs: map[string]*fakeJob{}, refuse: map[string]string{}, cancelled: map[string]bool{},
-		started: map[string]bool{}, results: map[string]client.JobResult{}, outcomes: map[string]string{},
+		started: map[string]bool{}, results: map[string]wire.JobResult{}, outcomes: map[string]string{},
 		claims: map[string]int{}, failNext: map[string]int{}, failErr: map[string]error{},
 		gone: map[string]bool{}, expired: map[string]bool{},
 	}
@@ -102,17 +103,17 @@ func (f *fakeAPI) cancelList(ids []string) []string {
 	return out
 }
 
-func (f *fakeAPI) Claim(_ context.Context, req client.ClaimRequest) (client.ClaimResponse, error) {
+func (f *fakeAPI) Claim(_ context.Context, req wire.ClaimRequest) (wire.ClaimResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("claim"); err != nil {
-		return client.ClaimResponse{}, err
+		return wire.ClaimResponse{}, err
 	}
-	resp := client.ClaimResponse{Cancel: f.cancelList(req.InFlight)}
+	resp := wire.ClaimResponse{Cancel: f.cancelList(req.InFlight)}
 	if len(req.Results) > 0 && f.refuseWithResults > 0 {
 		f.refuseWithResults--
 		f.refusedWithResults++
-		return client.ClaimResponse{}, &client.APIError{StatusCode: 400, Code: "invalid_request", Message: "injected refusal"}
+		return wire.ClaimResponse{}, &client.APIError{StatusCode: 400, Code: "invalid_request", Message: "injected refusal"}
 	}
 	if len(req.Results) > 0 {
 		// Recorded first, as the API does; an expired lease is an outcome here, never a 409.
@@ -124,26 +125,26 @@ func (f *fakeAPI) Claim(_ context.Context, req client.ClaimRequest) (client.Clai
 		j := f.jobs[it.JobID]
 		switch {
 		case j == nil:
-			resp.Refused = append(resp.Refused, client.ClaimRefusal{JobID: it.JobID, Reason: client.ReasonNotFound})
+			resp.Refused = append(resp.Refused, wire.ClaimRefusal{JobID: it.JobID, Reason: wire.ReasonNotFound})
 		case f.refuse[it.JobID] != "":
-			resp.Refused = append(resp.Refused, client.ClaimRefusal{JobID: it.JobID, Reason: f.refuse[it.JobID]})
+			resp.Refused = append(resp.Refused, wire.ClaimRefusal{JobID: it.JobID, Reason: f.refuse[it.JobID]})
 		case j.status != "pending":
-			resp.Refused = append(resp.Refused, client.ClaimRefusal{JobID: it.JobID, Reason: client.ReasonNotPending})
+			resp.Refused = append(resp.Refused, wire.ClaimRefusal{JobID: it.JobID, Reason: wire.ReasonNotPending})
 		default:
 			j.status = "claimed"
 			j.attempt++
-			resp.Claimed = append(resp.Claimed, client.ClaimedJob{JobID: it.JobID, Type: j.typ, Payload: j.payload,
-				Attempt: j.attempt, Timeout: client.Duration(j.timeout), LeaseToken: "lease-" + it.JobID})
+			resp.Claimed = append(resp.Claimed, wire.ClaimedJob{JobID: it.JobID, Type: j.typ, Payload: j.payload,
+				Attempt: j.attempt, Timeout: wire.Duration(j.timeout), LeaseToken: "lease-" + it.JobID})
 		}
 	}
 	return resp, nil
 }
 
-func (f *fakeAPI) Start(_ context.Context, req client.StartRequest) (client.StartResponse, error) {
+func (f *fakeAPI) Start(_ context.Context, req wire.StartRequest) (wire.StartResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("start"); err != nil {
-		return client.StartResponse{}, err
+		return wire.StartResponse{}, err
 	}
 	for _, id := range req.JobIDs {
 		if _, done := f.results[id]; done {
@@ -151,69 +152,69 @@ func (f *fakeAPI) Start(_ context.Context, req client.StartRequest) (client.Star
 		}
 		f.started[id] = true
 	}
-	return client.StartResponse{Cancel: f.cancelList(req.JobIDs)}, nil
+	return wire.StartResponse{Cancel: f.cancelList(req.JobIDs)}, nil
 }
 
-func (f *fakeAPI) Complete(_ context.Context, req client.CompleteRequest) (client.CompleteResponse, error) {
+func (f *fakeAPI) Complete(_ context.Context, req wire.CompleteRequest) (wire.CompleteResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("complete"); err != nil {
-		return client.CompleteResponse{}, err
+		return wire.CompleteResponse{}, err
 	}
-	resp := client.CompleteResponse{Cancel: f.cancelList(req.InFlight)}
+	resp := wire.CompleteResponse{Cancel: f.cancelList(req.InFlight)}
 	allExpired := len(req.Results) > 0
 	for _, r := range req.Results {
 		allExpired = allExpired && f.expired[r.LeaseToken]
 	}
 	if allExpired {
 		for _, r := range req.Results {
-			f.outcomes[r.JobID] = client.OutcomeLeaseExpired
+			f.outcomes[r.JobID] = wire.OutcomeLeaseExpired
 		}
-		return client.CompleteResponse{}, &client.APIError{StatusCode: 409, Code: client.CodeLeaseExpired, Message: "expired"}
+		return wire.CompleteResponse{}, &client.APIError{StatusCode: 409, Code: wire.CodeLeaseExpired, Message: "expired"}
 	}
 	resp.Outcomes = f.record(req.Results)
 	return resp, nil
 }
 
 // record records results and returns their outcomes; f.mu is held.
-func (f *fakeAPI) record(results []client.JobResult) []client.CompleteOutcome {
-	var out []client.CompleteOutcome
+func (f *fakeAPI) record(results []wire.JobResult) []wire.CompleteOutcome {
+	var out []wire.CompleteOutcome
 	for _, r := range results {
 		if f.expired[r.LeaseToken] {
-			f.outcomes[r.JobID] = client.OutcomeLeaseExpired
-			out = append(out, client.CompleteOutcome{JobID: r.JobID, Outcome: client.OutcomeLeaseExpired})
+			f.outcomes[r.JobID] = wire.OutcomeLeaseExpired
+			out = append(out, wire.CompleteOutcome{JobID: r.JobID, Outcome: wire.OutcomeLeaseExpired})
 			continue
 		}
 		if !f.started[r.JobID] {
 			f.unstartedResults++
 		}
-		outcome := client.OutcomeDone
+		outcome := wire.OutcomeDone
 		switch {
 		case f.cancelled[r.JobID]:
-			outcome = client.OutcomeStale
-		case r.Status == client.ResultFailed:
-			outcome = client.OutcomeRetry
+			outcome = wire.OutcomeStale
+		case r.Status == wire.ResultFailed:
+			outcome = wire.OutcomeRetry
 		}
 		f.results[r.JobID] = r
 		f.outcomes[r.JobID] = outcome
-		out = append(out, client.CompleteOutcome{JobID: r.JobID, Outcome: outcome, Status: outcome})
+		out = append(out, wire.CompleteOutcome{JobID: r.JobID, Outcome: outcome, Status: outcome})
 	}
 	return out
 }
 
-func (f *fakeAPI) RenewLeases(_ context.Context, req client.RenewRequest) (client.RenewResponse, error) {
+func (f *fakeAPI) RenewLeases(_ context.Context, req wire.RenewRequest) (wire.RenewResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("renew"); err != nil {
-		return client.RenewResponse{}, err
+		return wire.RenewResponse{}, err
 	}
 	f.renewals = append(f.renewals, req)
-	resp := client.RenewResponse{Reserved: f.reserved}
+	resp := wire.RenewResponse{Reserved: f.reserved}
 	for _, t := range req.Tokens {
 		if f.gone[t] {
-			resp.Gone = append(resp.Gone, client.GoneLease{Token: t, Status: client.LeaseExpired})
+			resp.Gone = append(resp.Gone, wire.GoneLease{Token: t, Status: wire.LeaseExpired})
 		} else {
-			resp.Renewed = append(resp.Renewed, client.RenewedLease{Token: t, ExpiresAt: time.Now().Add(time.Minute)})
+			resp.Renewed = append(resp.Renewed, wire.RenewedLease{Token: t, ExpiresAt: time.Now().Add(time.Minute)})
 		}
 	}
 	return resp, nil
@@ -225,7 +226,7 @@ func (f *fakeAPI) outcome(id string) string {
 	return f.outcomes[id]
 }
 
-func (f *fakeAPI) result(id string) (client.JobResult, bool) {
+func (f *fakeAPI) result(id string) (wire.JobResult, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.results[id]

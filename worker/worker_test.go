@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 func TestWorkerRunsJobsEndToEnd(t *testing.T) {
@@ -35,7 +36,7 @@ func TestWorkerRunsJobsEndToEnd(t *testing.T) {
 	require.Zero(t, b.api.startAfterResult, "a start report reached the API after its job's result")
 	for _, id := range append(noops, sleeps...) {
 		r := b.api.results[id]
-		require.Equal(t, client.ResultDone, r.Status, id)
+		require.Equal(t, wire.ResultDone, r.Status, id)
 		require.Equal(t, 1, r.Attempt)
 		require.Equal(t, "lease-"+id, r.LeaseToken)
 	}
@@ -57,7 +58,7 @@ func TestWorkerRefusedEntries(t *testing.T) {
 	b.publish(t, "noop", "noop", `{}`, "taken", "later", "ok", "ok") // "ok" twice: a duplicate entry
 	b.api.mu.Lock()
 	b.api.jobs["taken"].status = "running" // not_pending
-	b.api.refuse["later"] = client.ReasonRetryLater
+	b.api.refuse["later"] = wire.ReasonRetryLater
 	b.api.mu.Unlock()
 	// An entry that is not ours at all (no job_id).
 	require.NoError(t, b.streams.Redis().XAdd(context.Background(), &redis.XAddArgs{
@@ -126,7 +127,7 @@ func TestWorkerCancelListCancelsRunningJob(t *testing.T) {
 
 	require.Eventually(t, func() bool { _, ok := b.api.result("victim"); return ok }, 10*time.Second, 5*time.Millisecond)
 	r, _ := b.api.result("victim")
-	require.Equal(t, client.ResultFailed, r.Status)
+	require.Equal(t, wire.ResultFailed, r.Status)
 	require.Contains(t, r.Error, "cancelled by the orchestrator")
 	b.requirePending(t, "block", 0) // a stale result is acked too
 	b.requirePending(t, "noop", 0)
@@ -166,7 +167,7 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 		for _, id := range ids {
 			r, ok := b.api.result(id)
 			require.True(t, ok, id)
-			require.Equal(t, client.ResultDone, r.Status)
+			require.Equal(t, wire.ResultDone, r.Status)
 		}
 		b.requirePending(t, "block", 0)
 	})
@@ -184,7 +185,7 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 		stop()
 		r, ok := b.api.result("slow")
 		require.True(t, ok)
-		require.Equal(t, client.ResultFailed, r.Status)
+		require.Equal(t, wire.ResultFailed, r.Status)
 		require.Equal(t, "worker shutdown", r.Error)
 		require.False(t, r.NonRetryable)
 		b.requirePending(t, "block", 0)
@@ -255,14 +256,14 @@ func TestWorkerFailures(t *testing.T) {
 	require.Eventually(t, func() bool { return b.api.resultCount() == 3 }, 10*time.Second, 5*time.Millisecond)
 
 	r, _ := b.api.result("late")
-	require.Equal(t, client.ResultFailed, r.Status)
+	require.Equal(t, wire.ResultFailed, r.Status)
 	require.Contains(t, r.Error, "timed out after 30ms")
 	require.False(t, r.NonRetryable)
 	r, _ = b.api.result("boom")
-	require.Equal(t, client.ResultFailed, r.Status)
+	require.Equal(t, wire.ResultFailed, r.Status)
 	require.Contains(t, r.Error, "handler panicked: boom")
 	r, _ = b.api.result("txt")
-	require.Equal(t, client.ResultDone, r.Status)
+	require.Equal(t, wire.ResultDone, r.Status)
 	require.Equal(t, `"not json"`, string(r.Result))
 	for _, s := range []string{"block", "panic", "text"} {
 		b.requirePending(t, s, 0)
@@ -305,7 +306,7 @@ func TestWorkerReportsAndRefillsInOneCall(t *testing.T) {
 	defer b.api.mu.Unlock()
 	for _, id := range ids {
 		require.Equal(t, 1, b.api.claims[id], "job %s claimed once", id)
-		require.Equal(t, client.OutcomeDone, b.api.outcomes[id], "job %s", id)
+		require.Equal(t, wire.OutcomeDone, b.api.outcomes[id], "job %s", id)
 	}
 	require.Positive(t, b.api.resultsWithClaims, "results rode along with claims")
 }

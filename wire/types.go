@@ -1,6 +1,9 @@
-// Package client is the typed Go client of the orchestrator's HTTP API, and the home of its wire
-// types: the API server, the worker, orchctl and agents all speak these.
-package client
+// Package wire holds the types and constants of the orchestrator's HTTP API as they travel in
+// JSON: the bodies of requests and answers, the error body, the refusal reasons, outcomes and
+// states they carry. The API server, the worker and the client SDK share them; it imports
+// nothing but the standard library, so any of them may depend on it. It is not internal: the
+// SDK's users name these types too (the client package re-exports them as aliases).
+package wire
 
 import (
 	"encoding/json"
