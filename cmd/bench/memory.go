@@ -146,7 +146,7 @@ func fetchMetrics[T any](ctx context.Context, hc *http.Client, apiURL string, pa
 	if err != nil {
 		return zero, fmt.Errorf("scrape metrics: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read in full below; a close error loses nothing
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return zero, fmt.Errorf("scrape metrics: %s", resp.Status)
