@@ -41,7 +41,7 @@ func BenchmarkAdmitJob(b *testing.B) {
 			bn.setPolicy(t, "slow", 0.001, 1, 0)
 			return JobRequest{Agent: "slow", Type: "noop"}
 		}},
-		{"GPUGateClosed", func(t *testing.B, bn *bundle) JobRequest {
+		{"GPUGateClosed", func(_ *testing.B, bn *bundle) JobRequest {
 			bn.c.gpu.Observe(Pressure{MeasuredAt: bn.clock.Now(), Ratio: 0.99, FreshGPUs: 1, UsedMB: 99, TotalMB: 100})
 			return JobRequest{Agent: "any", Type: "gpu"}
 		}},

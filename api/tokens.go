@@ -161,7 +161,7 @@ func LoadTokens(path, env string) (*Tokens, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load tokens: %w", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read only: a close error loses nothing
 		sc := bufio.NewScanner(f)
 		for n := 1; sc.Scan(); n++ {
 			if err := t.addLine(sc.Text()); err != nil {

@@ -232,7 +232,7 @@ func TestClientErrors(t *testing.T) {
 
 	t.Run("RetryAfterDate", func(t *testing.T) {
 		t.Parallel()
-		s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		s := newServer(t, func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Retry-After", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat))
 			w.WriteHeader(http.StatusServiceUnavailable)
 		})
@@ -245,7 +245,7 @@ func TestClientErrors(t *testing.T) {
 
 	t.Run("NonJSONError", func(t *testing.T) {
 		t.Parallel()
-		s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		s := newServer(t, func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusBadGateway)
 			_, _ = io.WriteString(w, "<html>bad gateway</html>")
 		})
@@ -259,7 +259,7 @@ func TestClientErrors(t *testing.T) {
 
 	t.Run("BadJSONAnswer", func(t *testing.T) {
 		t.Parallel()
-		s := newServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{not json") })
+		s := newServer(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{not json") })
 		_, err := client.New(s.URL, "t").GetJob(ctx, "x")
 		require.ErrorContains(t, err, "decode answer")
 	})
@@ -267,7 +267,7 @@ func TestClientErrors(t *testing.T) {
 	t.Run("TimeoutWithoutDeadline", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		s := newServer(t, func(_ http.ResponseWriter, r *http.Request) {
 			select {
 			case <-release:
 			case <-r.Context().Done():
@@ -283,7 +283,7 @@ func TestClientErrors(t *testing.T) {
 	t.Run("CustomHTTPClientStillHasDeadline", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		s := newServer(t, func(_ http.ResponseWriter, r *http.Request) {
 			select {
 			case <-release:
 			case <-r.Context().Done():

@@ -64,7 +64,7 @@ func (c *Client) watchOnce(ctx context.Context, hc *http.Client, path string, la
 	if err != nil {
 		return "", fmt.Errorf("watch %s: %w", path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read below; a close error loses nothing
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return "", newAPIError(resp, raw)

@@ -9,7 +9,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -19,8 +18,6 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
 	migratemysql "github.com/golang-migrate/migrate/v4/database/mysql"
-	"github.com/golang-migrate/migrate/v4/source"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 )
 
 // MySQLMigrations holds the MariaDB migrations (migrations/mysql/NNN_name.{up,down}.sql).
@@ -49,19 +46,7 @@ const lockWaitMax = 2 * time.Minute
 // a fully migrated database reports. It panics on a malformed file name, which is a build
 // defect caught by the package tests.
 func LatestMySQLVersion() uint {
-	entries, err := fs.ReadDir(MySQLMigrations, MySQLMigrationsDir)
-	if err != nil {
-		panic(fmt.Sprintf("db: read embedded migrations: %v", err))
-	}
-	var latest uint
-	for _, e := range entries {
-		m, err := source.DefaultParse(e.Name())
-		if err != nil {
-			panic(fmt.Sprintf("db: parse migration file name %q: %v", e.Name(), err))
-		}
-		latest = max(latest, m.Version)
-	}
-	return latest
+	return latestVersion(MySQLMigrations, MySQLMigrationsDir)
 }
 
 // EnsureDatabase creates the database named by dsn when it does not exist yet, connecting to
@@ -82,7 +67,7 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 		return fmt.Errorf("ensure database: %w", err)
 	}
 	sqlDB := sql.OpenDB(conn)
-	defer sqlDB.Close()
+	defer func() { _ = sqlDB.Close() }() // nothing written through it is left unflushed
 	q := "CREATE DATABASE IF NOT EXISTS " + QuoteIdent(name) +
 		" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 	if _, err := sqlDB.ExecContext(ctx, q); err != nil {
@@ -146,7 +131,7 @@ func migrateOnce(ctx context.Context, cfg *mysql.Config, cmd string, logger *slo
 	sqlDB := sql.OpenDB(connector)
 	sqlDB.SetMaxOpenConns(2)
 	if err := sqlDB.PingContext(ctx); err != nil {
-		sqlDB.Close()
+		_ = sqlDB.Close() // the connect error is the one to report
 		return 0, false, fmt.Errorf("migrate: connect to %s: %w", cfg.Addr, err)
 	}
 	drv, err := migratemysql.WithInstance(sqlDB, &migratemysql.Config{
@@ -154,59 +139,16 @@ func migrateOnce(ctx context.Context, cfg *mysql.Config, cmd string, logger *slo
 		MigrationsTable: MigrationsTable,
 	})
 	if err != nil {
-		sqlDB.Close()
+		_ = sqlDB.Close() // the open error is the one to report
 		return 0, false, fmt.Errorf("migrate: open database driver: %w", err)
 	}
-	src, err := iofs.New(MySQLMigrations, MySQLMigrationsDir)
+	m, err := newMigrate(drv, MySQLMigrations, MySQLMigrationsDir, "mysql", logger)
 	if err != nil {
-		drv.Close()
-		return 0, false, fmt.Errorf("migrate: open embedded migrations: %w", err)
+		return 0, false, err
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "mysql", drv)
+	before, version, dirty, err := runMigrate(ctx, m, cmd)
 	if err != nil {
-		src.Close()
-		drv.Close()
-		return 0, false, fmt.Errorf("migrate: %w", err)
-	}
-	m.Log = migrateLogger{logger}
-	defer func() {
-		srcErr, dbErr := m.Close()
-		if err == nil {
-			err = errors.Join(srcErr, dbErr)
-		}
-	}()
-
-	// golang-migrate takes no context: ask it to stop after the current migration on cancel.
-	stop := context.AfterFunc(ctx, func() {
-		select {
-		case m.GracefulStop <- true:
-		default:
-		}
-	})
-	defer stop()
-
-	before, _, err := readVersion(m)
-	if err != nil {
-		return 0, false, fmt.Errorf("migrate %s: %w", cmd, err)
-	}
-	switch cmd {
-	case CmdUp:
-		err = m.Up()
-	case CmdDown:
-		err = m.Down()
-	}
-	if errors.Is(err, migrate.ErrNoChange) {
-		err = nil
-	}
-	version, dirty, verErr := readVersion(m)
-	if err != nil {
-		return version, dirty, fmt.Errorf("migrate %s: %w", cmd, err)
-	}
-	if verErr != nil {
-		return 0, false, fmt.Errorf("migrate %s: %w", cmd, verErr)
-	}
-	if err := ctx.Err(); err != nil && cmd != CmdVersion {
-		return version, dirty, fmt.Errorf("migrate %s: %w", cmd, err)
+		return version, dirty, err
 	}
 	logger.Info("migrate: "+cmd, "database", cfg.DBName, "from_version", before,
 		"version", version, "dirty", dirty, "latest", LatestMySQLVersion())

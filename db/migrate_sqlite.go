@@ -6,7 +6,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -15,10 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/golang-migrate/migrate/v4"
 	migratesqlite "github.com/golang-migrate/migrate/v4/database/sqlite"
-	"github.com/golang-migrate/migrate/v4/source"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 )
 
 // SQLiteMigrations holds the SQLite migrations of the embedded mode
@@ -39,19 +35,7 @@ const sqliteBusyTimeout = 10 * time.Second
 // LatestSQLiteVersion returns the highest SQLite migration version embedded in the binary.
 // It panics on a malformed file name, a build defect caught by the package tests.
 func LatestSQLiteVersion() uint {
-	entries, err := fs.ReadDir(SQLiteMigrations, SQLiteMigrationsDir)
-	if err != nil {
-		panic(fmt.Sprintf("db: read embedded sqlite migrations: %v", err))
-	}
-	var latest uint
-	for _, e := range entries {
-		m, err := source.DefaultParse(e.Name())
-		if err != nil {
-			panic(fmt.Sprintf("db: parse migration file name %q: %v", e.Name(), err))
-		}
-		latest = max(latest, m.Version)
-	}
-	return latest
+	return latestVersion(SQLiteMigrations, SQLiteMigrationsDir)
 }
 
 // MigrateSQLite runs cmd (CmdUp, CmdDown or CmdVersion) against the SQLite database file at
@@ -98,57 +82,16 @@ func migrateSQLiteLocked(ctx context.Context, path, cmd string, logger *slog.Log
 	sqlDB.SetMaxOpenConns(1) // one connection: the migration and the version row never race
 	drv, err := migratesqlite.WithInstance(sqlDB, &migratesqlite.Config{MigrationsTable: MigrationsTable})
 	if err != nil {
-		sqlDB.Close()
+		_ = sqlDB.Close() // the open error is the one to report
 		return 0, false, fmt.Errorf("migrate: open database driver on %s: %w", path, err)
 	}
-	src, err := iofs.New(SQLiteMigrations, SQLiteMigrationsDir)
+	m, err := newMigrate(drv, SQLiteMigrations, SQLiteMigrationsDir, "sqlite", logger)
 	if err != nil {
-		drv.Close()
-		return 0, false, fmt.Errorf("migrate: open embedded migrations: %w", err)
+		return 0, false, err
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "sqlite", drv)
+	before, version, dirty, err := runMigrate(ctx, m, cmd)
 	if err != nil {
-		src.Close()
-		drv.Close()
-		return 0, false, fmt.Errorf("migrate: %w", err)
-	}
-	m.Log = migrateLogger{logger}
-	defer func() {
-		srcErr, dbErr := m.Close()
-		if err == nil {
-			err = errors.Join(srcErr, dbErr)
-		}
-	}()
-	stop := context.AfterFunc(ctx, func() {
-		select {
-		case m.GracefulStop <- true:
-		default:
-		}
-	})
-	defer stop()
-
-	before, _, err := readVersion(m)
-	if err != nil {
-		return 0, false, fmt.Errorf("migrate %s: %w", cmd, err)
-	}
-	switch cmd {
-	case CmdUp:
-		err = m.Up()
-	case CmdDown:
-		err = m.Down()
-	}
-	if errors.Is(err, migrate.ErrNoChange) {
-		err = nil
-	}
-	version, dirty, verErr := readVersion(m)
-	if err != nil {
-		return version, dirty, fmt.Errorf("migrate %s: %w", cmd, err)
-	}
-	if verErr != nil {
-		return 0, false, fmt.Errorf("migrate %s: %w", cmd, verErr)
-	}
-	if err := ctx.Err(); err != nil && cmd != CmdVersion {
-		return version, dirty, fmt.Errorf("migrate %s: %w", cmd, err)
+		return version, dirty, err
 	}
 	logger.Info("migrate: "+cmd, "database", path, "from_version", before,
 		"version", version, "dirty", dirty, "latest", LatestSQLiteVersion())

@@ -237,7 +237,7 @@ func TestAlerts(t *testing.T) {
 			require.NotEmpty(t, str(t, rule, "for"), name)
 		}
 	}
-	for name, want := range map[string]struct{ metric, for_ string }{
+	for name, want := range map[string]struct{ metric, forDur string }{
 		"GPUOrchestratorNoLeader":          {"gpu_orchestrator_is_leader", "1m"},
 		"GPUOrchestratorDLQGrowing":        {"gpu_orchestrator_dlq_depth", ""},
 		"GPUOrchestratorQueueLagHigh":      {"gpu_orchestrator_job_queue_depth", "5m"},
@@ -248,8 +248,8 @@ func TestAlerts(t *testing.T) {
 		rule, ok := rules[name]
 		require.True(t, ok, "alert %s exists", name)
 		require.Contains(t, str(t, rule, "expr"), want.metric, name)
-		if want.for_ != "" {
-			require.Equal(t, want.for_, str(t, rule, "for"), name)
+		if want.forDur != "" {
+			require.Equal(t, want.forDur, str(t, rule, "for"), name)
 		}
 	}
 	require.Contains(t, str(t, rules["GPUOrchestratorGPUMemoryHigh"], "expr"), "> 95")

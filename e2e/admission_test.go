@@ -108,13 +108,14 @@ func submitTo(api *client.Client, id, typ, agent string) (client.SubmitResponse,
 	return api.Submit(context.Background(), client.SubmitRequest{JobID: id, Type: typ, Agent: agent, Payload: []byte(`{}`)})
 }
 
-func requireCode(t *testing.T, err error, status int, code string) *client.APIError {
+// requireCode asserts that err is the API error status/code and returns its Retry-After.
+func requireCode(t *testing.T, err error, status int, code string) (retryAfter time.Duration) {
 	t.Helper()
 	var apiErr *client.APIError
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, status, apiErr.StatusCode, "%v", err)
 	require.Equal(t, code, apiErr.Code, "%v", err)
-	return apiErr
+	return apiErr.RetryAfter
 }
 
 // TestAdmission runs the admission scenarios on one pair of instances, one after the other
@@ -308,8 +309,8 @@ func testAdmissionPolicyChange(t *testing.T, p *admissionPair) {
 	p.setPolicy(t, p.a, client.AdmissionPolicyUpdate{Agent: "tight", RatePerSec: ptr(0.01), Burst: ptr(1)})
 	_, err := submitTo(p.b, "tight-1", "noop", "tight")
 	require.NoError(t, err)
-	apiErr := requireCode(t, mustFail(submitTo(p.a, "tight-2", "noop", "tight")), http.StatusTooManyRequests, client.CodeRateLimited)
-	require.Greater(t, apiErr.RetryAfter, time.Minute, "0.01 per second")
+	retryAfter := requireCode(t, mustFail(submitTo(p.a, "tight-2", "noop", "tight")), http.StatusTooManyRequests, client.CodeRateLimited)
+	require.Greater(t, retryAfter, time.Minute, "0.01 per second")
 	requireCode(t, mustFail(submitTo(p.b, "tight-3", "noop", "tight")), http.StatusTooManyRequests, client.CodeRateLimited)
 
 	p.setPolicy(t, p.b, client.AdmissionPolicyUpdate{Agent: "tight", Enabled: ptr(false)})
@@ -344,8 +345,8 @@ func testAdmissionFallback(t *testing.T, p *admissionPair) {
 		require.NoError(t, err)
 		require.Equal(t, "cpu_infer", job.Type)
 	}
-	apiErr := requireCode(t, mustFail(submitTo(p.a, "refused", "gpu_infer", "agent")), http.StatusTooManyRequests, client.CodeQueueFull)
-	require.Positive(t, apiErr.RetryAfter)
+	retryAfter := requireCode(t, mustFail(submitTo(p.a, "refused", "gpu_infer", "agent")), http.StatusTooManyRequests, client.CodeQueueFull)
+	require.Positive(t, retryAfter)
 
 	// The other instance counts the same backlog from the database.
 	require.Eventually(t, func() bool {

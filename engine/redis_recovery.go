@@ -174,13 +174,13 @@ func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job,
 	}
 	var (
 		due, live []store.Job
-		clear     []string
+		unmark    []string
 	)
 	for _, j := range jobs {
 		switch {
 		case j.Status == store.JobPending && j.AvailableAt.After(now):
 			if j.Enqueued {
-				clear = append(clear, j.ID)
+				unmark = append(unmark, j.ID)
 			}
 			res.Requeued++
 		case j.Status == store.JobPending:
@@ -192,7 +192,7 @@ func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job,
 			live = append(live, j)
 		}
 	}
-	if err := e.clearEnqueued(ctx, fence, store.JobPending, clear); err != nil {
+	if err := e.clearEnqueued(ctx, fence, store.JobPending, unmark); err != nil {
 		return err
 	}
 	n, err := e.publishFenced(ctx, due, fence)
@@ -328,14 +328,14 @@ func (e *Engine) recoverDeadLetters(ctx context.Context, fence Fence, jobs []sto
 	if err != nil {
 		return err
 	}
-	var clear []string
+	var unmark []string
 	for _, j := range jobs {
 		if id := dlqEntryOf(j); id != "" && !exists[id] {
-			clear = append(clear, j.ID)
+			unmark = append(unmark, j.ID)
 		}
 	}
-	res.Requeued += len(clear)
-	return e.clearEnqueued(ctx, fence, store.JobDeadLetter, clear)
+	res.Requeued += len(unmark)
+	return e.clearEnqueued(ctx, fence, store.JobDeadLetter, unmark)
 }
 
 // clearEnqueued clears the outbox flag of ids (with status) behind fence.

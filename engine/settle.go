@@ -130,7 +130,7 @@ func (e *Engine) Settle(ctx context.Context, p SettleParams) ([]Settlement, erro
 	out := make([]Settlement, 0, len(p.Entries))
 	var (
 		republish []store.Job
-		clear     []string
+		unmark    []string
 		seen      = map[string]bool{}
 	)
 	for _, d := range p.Entries {
@@ -148,11 +148,11 @@ func (e *Engine) Settle(ctx context.Context, p SettleParams) ([]Settlement, erro
 		case s.Outcome == SettleRepublished:
 			republish = append(republish, *job)
 		case s.Outcome == SettleRequeued && job.Enqueued:
-			clear = append(clear, job.ID)
+			unmark = append(unmark, job.ID)
 		}
 	}
-	if err := e.clearEnqueued(ctx, p.Fence, store.JobPending, clear); err != nil {
-		return nil, fmt.Errorf("settle entries: requeue %d jobs: %w", len(clear), err)
+	if err := e.clearEnqueued(ctx, p.Fence, store.JobPending, unmark); err != nil {
+		return nil, fmt.Errorf("settle entries: requeue %d jobs: %w", len(unmark), err)
 	}
 	if len(republish) > 0 {
 		if _, err := e.publish(ctx, republish); err != nil {

@@ -146,7 +146,8 @@ func (l *LocalProvisioner) Start(_ context.Context, spec WorkerSpec) (Process, e
 	if err != nil {
 		return Process{}, fmt.Errorf("start worker %s: open log: %w", spec.WorkerID, err)
 	}
-	defer f.Close() // the child has its own descriptor
+	// The child has its own descriptor and writes through it; ours only needs releasing.
+	defer func() { _ = f.Close() }()
 	cmd := exec.Command(l.cfg.Binary, l.cfg.Args...)
 	cmd.Env = append(append(os.Environ(), l.cfg.Env...),
 		"ORCH_POOL_ID="+spec.PoolID,

@@ -24,7 +24,7 @@ func setupPoller(t *testing.T, cfg PollerConfig) *pollerBundle {
 	t.Helper()
 	b := &pollerBundle{provider: &fakeProvider{name: SourceSimulated, gpus: 2}, sunk: make(chan Snapshot, 64)}
 	if cfg.Sink == nil {
-		cfg.Sink = func(ctx context.Context, snap Snapshot) error {
+		cfg.Sink = func(_ context.Context, snap Snapshot) error {
 			select {
 			case b.sunk <- snap:
 			default:

@@ -114,7 +114,7 @@ func (h *HTTPHandler) Run(ctx context.Context, job Job) (json.RawMessage, error)
 	if err != nil {
 		return nil, fmt.Errorf("http: post to %s: %w", t.URL, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the limit below; a close error loses nothing
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, h.cfg.MaxResponseBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("http: read response of %s: %w", t.URL, err)

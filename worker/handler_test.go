@@ -136,7 +136,7 @@ func TestHTTPHandler(t *testing.T) {
 	})
 	t.Run("Timeout", func(t *testing.T) {
 		release := make(chan struct{})
-		slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slow := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 			select {
 			case <-release:
 			case <-r.Context().Done():

@@ -370,7 +370,7 @@ func (h *blockingHandler) Run(ctx context.Context, job Job) (json.RawMessage, er
 	}
 }
 
-func (h *blockingHandler) counts() (cur, max int) {
+func (h *blockingHandler) counts() (cur, peak int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.cur, h.max

@@ -153,8 +153,8 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 		}
 		cancel()
 		select {
-		case <-done:
-			t.Fatal("Run returned while jobs were still running")
+		case err := <-done:
+			t.Fatalf("Run returned (%v) while jobs were still running", err)
 		default:
 		}
 		close(h.gate)

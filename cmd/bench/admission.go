@@ -41,9 +41,6 @@ const (
 	limiterCalls = 2000
 )
 
-// admissionModeNames are the modes in their first round's order (later rounds rotate it).
-var admissionModeNames = []string{"configured", "per_request", "exempt"}
-
 // AdmissionMode is what the admission scenario measured under one policy of the bench's agent.
 type AdmissionMode struct {
 	// Name is "configured" (the policy the stack gives the bench's agent: the bench's lifted
@@ -160,9 +157,7 @@ func (a *admissionRun) modes(own bool) []*modeAcc {
 	configured := &modeAcc{AdmissionMode: AdmissionMode{Name: "configured"}, short: "c",
 		apply: func(ctx context.Context) (string, error) {
 			if a.ownPolicy {
-				var apiErr *client.APIError
-				if err := api.DeleteAdmissionPolicy(ctx, benchAgent); err != nil &&
-					!(errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound) {
+				if err := api.DeleteAdmissionPolicy(ctx, benchAgent); err != nil && !isNotFound(err) {
 					return "", err
 				}
 			}
@@ -312,9 +307,7 @@ func (a *admissionRun) restore(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var apiErr *client.APIError
-	if err := a.r.st.api.DeleteAdmissionPolicy(cctx, benchAgent); err != nil &&
-		!(errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound) {
+	if err := a.r.st.api.DeleteAdmissionPolicy(cctx, benchAgent); err != nil && !isNotFound(err) {
 		a.res.Notes = append(a.res.Notes, "restore the default policy of agent "+benchAgent+": "+err.Error())
 	}
 }
@@ -350,7 +343,7 @@ func describePolicy(p client.AdmissionPolicy, whose string) string {
 // refused. It deletes its bucket at the end.
 func limiterCallLatency(ctx context.Context, addr, prefix string, n int) (Percentiles, int, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }() // the measurement is done; closing only frees connections
 	lim := admission.NewLimiter(rdb, prefix, time.Second, slog.New(slog.DiscardHandler))
 	agent := benchAgent + "-limiter"
 	pol := store.AdmissionPolicy{Agent: agent, RatePerSec: benchAdmissionRate, Burst: perRequestBurst, Enabled: true}
@@ -400,4 +393,10 @@ func admissionLine(res *ScenarioResult) string {
 		return "nothing measured"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// isNotFound reports whether err is the API's 404: a policy already gone is what a delete wants.
+func isNotFound(err error) bool {
+	var apiErr *client.APIError
+	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound
 }

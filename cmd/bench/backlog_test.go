@@ -101,11 +101,11 @@ func TestBacklogRatios(t *testing.T) {
 func TestParseVmRSS(t *testing.T) {
 	t.Parallel()
 	status := "Name:\torchestrator\nVmPeak:\t 1300000 kB\nVmRSS:\t   45312 kB\nRssAnon:\t   30000 kB\n"
-	n, ok := parseVmRSS(status)
+	n, ok := parseVMRSS(status)
 	require.True(t, ok)
 	require.Equal(t, int64(45312*1024), n)
 	require.Equal(t, 44.25, mib(n))
-	_, ok = parseVmRSS("Name:\tkthreadd\n")
+	_, ok = parseVMRSS("Name:\tkthreadd\n")
 	require.False(t, ok, "a kernel thread has no VmRSS")
 	n, ok = statusKB(status, "RssAnon")
 	require.True(t, ok)

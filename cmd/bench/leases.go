@@ -214,8 +214,9 @@ func (lr *leaseRun) setUp(ctx context.Context) {
 func (lr *leaseRun) waitGPUs(ctx context.Context, node string) error {
 	ctx, cancel := context.WithTimeout(ctx, gpuWait)
 	defer cancel()
-	t0, last := time.Now(), "no answer"
+	t0 := time.Now()
 	for {
+		var last string // why the node is not ready yet, set by every case below
 		gl, err := lr.r.st.api.ListGPUs(ctx, node)
 		switch {
 		case err != nil:

@@ -116,7 +116,7 @@ func TestPaced(t *testing.T) {
 		var running, most atomic.Int32
 		start, end := paced(context.Background(), total, 1e6, 4, lag, func(i int) {
 			n := running.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() { //nolint:revive // a CAS loop: the condition is the work
 			}
 			calls[i].Add(1)
 			running.Add(-1)

@@ -22,11 +22,11 @@ func mib(b int64) float64 { return round3(float64(b) / (1 << 20)) }
 
 // procRSS returns the resident set size of pid (VmRSS of /proc/<pid>/status) in bytes.
 func procRSS(pid int) (int64, bool) {
-	return parseVmRSS(readSmall("/proc/" + strconv.Itoa(pid) + "/status"))
+	return parseVMRSS(readSmall("/proc/" + strconv.Itoa(pid) + "/status"))
 }
 
-// parseVmRSS reads the VmRSS line ("VmRSS:	  123456 kB") of a /proc/<pid>/status text.
-func parseVmRSS(status string) (int64, bool) { return statusKB(status, "VmRSS") }
+// parseVMRSS reads the VmRSS line ("VmRSS:	  123456 kB") of a /proc/<pid>/status text.
+func parseVMRSS(status string) (int64, bool) { return statusKB(status, "VmRSS") }
 
 // statusKB reads the line key ("RssAnon:	  123456 kB") of a /proc/<pid>/status text, in bytes.
 func statusKB(status, key string) (int64, bool) {
@@ -100,7 +100,7 @@ func startRSSSampler(pid int) *rssSampler {
 	s := &rssSampler{}
 	read := func() {
 		status := readSmall("/proc/" + strconv.Itoa(pid) + "/status")
-		if v, ok := parseVmRSS(status); ok {
+		if v, ok := parseVMRSS(status); ok {
 			s.peak = max(s.peak, v)
 		}
 		if v, ok := statusKB(status, "RssAnon"); ok {
@@ -146,7 +146,7 @@ func fetchMetrics[T any](ctx context.Context, hc *http.Client, apiURL string, pa
 	if err != nil {
 		return zero, fmt.Errorf("scrape metrics: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read in full below; a close error loses nothing
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return zero, fmt.Errorf("scrape metrics: %s", resp.Status)

@@ -123,7 +123,7 @@ func (p *process) waitLog(ctx context.Context, s string) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited (%v) before logging %q; log tail:\n%s", p.name, p.err, s, p.logTail(2048))
+			return fmt.Errorf("%s exited (%s) before logging %q; log tail:\n%s", p.name, exitText(p.err), s, p.logTail(2048))
 		case <-ctx.Done():
 			return fmt.Errorf("wait for %s to log %q: %w", p.name, s, ctx.Err())
 		case <-t.C:
@@ -204,9 +204,18 @@ func startProfile(dataDir, reportDir, name string, pid int) (*profiler, error) {
 	return &profiler{perf: p, data: data, report: filepath.Join(reportDir, name+".perf.txt")}, nil
 }
 
+// exitText says how a process ended, for messages: its exit error, or "exit status 0". It is
+// text on purpose: a process's exit is context for the reader, not a cause to match.
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
 // finish stops perf (SIGINT makes it write its data) and writes a text report of the hottest
 // symbols next to the data. It returns the report's path.
-func (pr *profiler) finish(ctx context.Context) (string, error) {
+func (pr *profiler) finish(ctx context.Context) (_ string, err error) {
 	pr.perf.signal(syscall.SIGINT)
 	select {
 	case <-pr.perf.done:
@@ -219,7 +228,11 @@ func (pr *profiler) finish(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("profile: %w", err)
 	}
-	defer out.Close()
+	defer func() {
+		if cerr := out.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("profile: write report: %w", cerr)
+		}
+	}()
 	// Self time first (where the CPU is burnt), then inclusive time (which code paths cost).
 	views := []struct{ title, children, fields, limit string }{
 		{"self time by symbol", "--no-children", "overhead,sym", "0.5"},

@@ -282,9 +282,13 @@ func (s *stack) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-s.orch.done:
-			return fmt.Errorf("orchestrator exited (%v) before it was ready; log tail:\n%s", s.orch.err, s.orch.logTail(4096))
+			return fmt.Errorf("orchestrator exited (%s) before it was ready; log tail:\n%s", exitText(s.orch.err), s.orch.logTail(4096))
 		case <-ctx.Done():
-			return fmt.Errorf("orchestrator not ready within %s (last: %v); log in %s", readyWait, err, s.orch.log)
+			last := "status " + h.Status
+			if err != nil {
+				last = err.Error()
+			}
+			return fmt.Errorf("orchestrator not ready within %s (last: %s); log in %s", readyWait, last, s.orch.log)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -294,11 +298,11 @@ func (s *stack) waitReady(ctx context.Context) error {
 // at once instead of waiting for its deadline.
 func (s *stack) check() error {
 	if s.orch != nil && s.orch.exited() {
-		return fmt.Errorf("the orchestrator exited (%v); log tail:\n%s", s.orch.err, s.orch.logTail(2048))
+		return fmt.Errorf("the orchestrator exited (%s); log tail:\n%s", exitText(s.orch.err), s.orch.logTail(2048))
 	}
 	for _, w := range s.workers {
 		if w.exited() {
-			return fmt.Errorf("worker %s exited (%v); log tail:\n%s", w.name, w.err, w.logTail(2048))
+			return fmt.Errorf("worker %s exited (%s); log tail:\n%s", w.name, exitText(w.err), w.logTail(2048))
 		}
 	}
 	return nil
@@ -388,7 +392,7 @@ func execServer(ctx context.Context, cfg *mysql.Config, q string) error {
 		return fmt.Errorf("connect to MariaDB: %w", err)
 	}
 	db := sql.OpenDB(conn)
-	defer db.Close()
+	defer func() { _ = db.Close() }() // one statement, already answered
 	if _, err := db.ExecContext(ctx, q); err != nil {
 		return fmt.Errorf("MariaDB at %s: %w", cfg.Addr, err)
 	}
@@ -434,7 +438,7 @@ func openSQLite(path string) (*sql.DB, error) {
 // deleteRedisKeys removes every key under prefix.
 func deleteRedisKeys(ctx context.Context, addr, prefix string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }() // the deletes are answered; closing only frees connections
 	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
@@ -458,8 +462,11 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find a free port: %w", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	return addr, nil
 }
 
 // randomHex returns n random bytes as hex.

@@ -144,7 +144,9 @@ pool has a worker left. What to check after: "orchctl jobs list --status running
 // stopped, or evicted without a worker left.
 func clusterDrained(pools []client.Pool) bool {
 	for _, p := range pools {
-		if !(p.Status == client.PoolStopped || (p.Status == client.PoolEvicted && p.SpawnedWorkers == 0)) {
+		stopped := p.Status == client.PoolStopped
+		evictedEmpty := p.Status == client.PoolEvicted && p.SpawnedWorkers == 0
+		if !stopped && !evictedEmpty {
 			return false
 		}
 	}

@@ -163,7 +163,7 @@ func TestDeferredWork(t *testing.T) {
 	d := newDeferredWork()
 	ran := make(chan int64, 1)
 	go d.run(t.Context(), 7)
-	d.set(func(ctx context.Context, term int64) { ran <- term })
+	d.set(func(_ context.Context, term int64) { ran <- term })
 	d.set(func(context.Context, int64) { t.Error("a second set is ignored") })
 	require.Equal(t, int64(7), <-ran)
 

@@ -193,7 +193,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	rdb := streams.NewRedis(cfg.RedisAddr, cfg.RedisPassword)
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }() // at exit: closing only frees connections
 	sc := streams.New(rdb, streams.Options{Prefix: cfg.RedisPrefix})
 	pingCtx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	defer cancel()
@@ -210,7 +210,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer gpus.Close()
+	defer func() {
+		if err := gpus.Close(); err != nil {
+			log.Warn("close GPU telemetry", "error", err)
+		}
+	}()
 	metrics, stopObserving, err := observe(ctx, cfg, types, log)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -169,7 +170,8 @@ func waitExit(t *testing.T, done chan error, out *syncBuffer) int {
 	t.Helper()
 	select {
 	case err := <-done:
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			return ee.ExitCode()
 		}
 		require.NoError(t, err, out.String())

@@ -50,7 +50,7 @@ func spin(n int) (stop func()) {
 	)
 	for range n {
 		wg.Go(func() {
-			for !quit.Load() {
+			for !quit.Load() { //nolint:revive // empty-block: the spin is the load
 			}
 		})
 	}

@@ -123,13 +123,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	logBin, format, err := binlogSettings(ctx, sqlDB)
 	if err != nil {
-		sqlDB.Close()
+		_ = sqlDB.Close() // the open error is the one to report
 		return nil, fmt.Errorf("open mysql store: %w", err)
 	}
 	choice := chooseIsolation(cfg.Params, logBin, format)
 	if choice.set {
 		// The pool's sessions take the level when they connect: start it again with it.
-		sqlDB.Close()
+		if err := sqlDB.Close(); err != nil {
+			return nil, fmt.Errorf("open mysql store: reconnect: %w", err)
+		}
 		cfg.Params[readCommittedParam] = "'READ-COMMITTED'"
 		if sqlDB, err = connect(ctx, cfg, opts); err != nil {
 			return nil, err
@@ -137,7 +139,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	level, err := sessionIsolation(ctx, sqlDB)
 	if err != nil {
-		sqlDB.Close()
+		_ = sqlDB.Close() // the open error is the one to report
 		return nil, fmt.Errorf("open mysql store: %w", err)
 	}
 	if choice.why != "" {
@@ -158,7 +160,7 @@ func connect(ctx context.Context, cfg *mysql.Config, opts Options) (*sql.DB, err
 	sqlDB.SetMaxIdleConns(opts.MaxIdleConns)
 	sqlDB.SetConnMaxLifetime(opts.ConnMaxLifetime)
 	if err := sqlDB.PingContext(ctx); err != nil {
-		sqlDB.Close()
+		_ = sqlDB.Close() // the connect error is the one to report
 		return nil, fmt.Errorf("open mysql store: connect to %s: %w", cfg.Addr, err)
 	}
 	return sqlDB, nil

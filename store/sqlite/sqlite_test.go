@@ -249,7 +249,7 @@ func TestWithTx(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") }()
 		var calls atomic.Int32
-		err = s.WithTx(t.Context(), func(tx store.Tx) error {
+		err = s.WithTx(t.Context(), func(_ store.Tx) error {
 			calls.Add(1)
 			return nil
 		})
@@ -276,7 +276,7 @@ func TestWithTx(t *testing.T) {
 		// The documented limitation: a Store write inside WithTx waits for the writer
 		// connection the transaction holds, until its context ends.
 		s, _ := setup(t, sqlite.Options{})
-		err := s.WithTx(t.Context(), func(tx store.Tx) error {
+		err := s.WithTx(t.Context(), func(_ store.Tx) error {
 			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 			defer cancel()
 			_, _, err := s.JobInsert(ctx, store.JobInsertParams{ID: "outside", Type: "noop", Agent: "a", Now: time.Now()})

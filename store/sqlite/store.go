@@ -139,14 +139,14 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	writer.SetConnMaxLifetime(0)
 	reader, err := sql.Open("sqlite", pragmas("query_only(1)"))
 	if err != nil {
-		writer.Close()
+		_ = writer.Close() // the open error is the one to report
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
 	reader.SetMaxOpenConns(opts.MaxReadConns)
 	reader.SetMaxIdleConns(opts.MaxReadConns)
 	s := &Store{executor: executor{r: classified{reader}, w: classified{writer}}, writer: writer, reader: reader, opts: opts}
 	if err := s.Ping(ctx); err != nil {
-		s.Close()
+		_ = s.Close() // the ping error is the one to report
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 	return s, nil
