@@ -14,6 +14,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/leader"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
@@ -40,7 +41,9 @@ func leaderWork(cfg *config.Config, eng *engine.Engine, sc *streams.Client, rm *
 			engine.NewDispatcher(eng, engine.DispatcherConfig{
 				Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Stagger: true, Fence: fence,
 			}),
-			engine.NewLeasePurger(eng, engine.LeasePurgerConfig{Interval: cfg.Leases.PurgeInterval, Stagger: true, Fence: fence}),
+			leases.NewLeasePurger(eng, leases.LeasePurgerConfig{
+				Interval: cfg.Leases.PurgeInterval, Stagger: true, Fence: fence, Logger: log,
+			}),
 			reclaimer.New(eng, sc, reclaimer.ConfigFrom(cfg, reclaimer.Config{Fence: fence, Metrics: rm, Logger: log, Stagger: true})),
 			reclaimer.NewTrimmer(sc, reclaimer.TrimmerConfigFrom(cfg, reclaimer.TrimmerConfig{Metrics: rm, Logger: log, Stagger: true})),
 			engine.NewDLQRelay(eng, engine.DLQRelayConfig{
