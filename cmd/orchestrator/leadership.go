@@ -46,8 +46,8 @@ func leaderWork(cfg *config.Config, eng *engine.Engine, sc *streams.Client, rm *
 			}),
 			reclaimer.New(eng, sc, reclaimer.ConfigFrom(cfg, reclaimer.Config{Fence: fence, Metrics: rm, Logger: log, Stagger: true})),
 			reclaimer.NewTrimmer(sc, reclaimer.TrimmerConfigFrom(cfg, reclaimer.TrimmerConfig{Metrics: rm, Logger: log, Stagger: true})),
-			engine.NewDLQRelay(eng, engine.DLQRelayConfig{
-				Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Fence: fence, Stagger: true,
+			reclaimer.NewDLQRelay(eng, reclaimer.DLQRelayConfig{
+				Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Fence: fence, Stagger: true, Logger: log,
 			}),
 			engine.NewRetentionCleaner(eng, engine.RetentionConfig{
 				Interval: cfg.RetentionInterval, Batch: cfg.RetentionBatch, Fence: fence, Stagger: true,
