@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -41,7 +42,7 @@ func (b *bundle) deadLetter(t *testing.T) store.Job {
 // relay runs one DLQ relay pass.
 func (b *bundle) relay(t *testing.T) int {
 	t.Helper()
-	n, err := engine.NewDLQRelay(b.eng, engine.DLQRelayConfig{Batch: 2}).RunOnce(context.Background())
+	n, err := reclaimer.NewDLQRelay(b.eng, reclaimer.DLQRelayConfig{Batch: 2}).RunOnce(context.Background())
 	require.NoError(t, err)
 	return n
 }

@@ -137,7 +137,7 @@ func TestLeasePurger(t *testing.T) {
 	t.Run("ExpiredLeaseRetriesItsJobAndRefusesTheZombie", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		purger := engine.NewLeasePurger(b.eng, engine.LeasePurgerConfig{})
+		purger := leases.NewLeasePurger(b.eng, leases.LeasePurgerConfig{})
 		job := b.submit(t, "noop") // max_attempts 2
 		claimed := b.claim(t, "w1", job.ID)
 		tok := claimed.Claimed[0].LeaseToken
@@ -150,15 +150,15 @@ func TestLeasePurger(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, renewed.Renewed, 1)
 		b.clock.Add(2 * time.Second)
-		res, err := engine.PurgeOnce(ctx, purger)
+		res, err := purger.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Zero(t, res.Expired)
 
 		// Quiet past the TTL: the lease expires and the job goes back to pending with backoff.
 		b.clock.Add(b.cfg.Leases.TTL)
-		res, err = engine.PurgeOnce(ctx, purger)
+		res, err = purger.RunOnce(ctx)
 		require.NoError(t, err)
-		require.Equal(t, engine.PurgeResult{Expired: 1, Retried: 1}, res)
+		require.Equal(t, leases.PurgeResult{Expired: 1, Retried: 1}, res)
 		got := b.job(t, job.ID)
 		require.Equal(t, store.JobPending, got.Status)
 		require.Equal(t, engine.ReasonWorkerLost, got.LastError)
@@ -188,9 +188,9 @@ func TestLeasePurger(t *testing.T) {
 		second := b.claim(t, "w2", job.ID)
 		require.Len(t, second.Claimed, 1)
 		b.clock.Add(b.cfg.Leases.TTL)
-		res, err = engine.PurgeOnce(ctx, purger)
+		res, err = purger.RunOnce(ctx)
 		require.NoError(t, err)
-		require.Equal(t, engine.PurgeResult{Expired: 1, DeadLettered: 1}, res)
+		require.Equal(t, leases.PurgeResult{Expired: 1, DeadLettered: 1}, res)
 		got = b.job(t, job.ID)
 		require.Equal(t, store.JobDeadLetter, got.Status)
 		require.False(t, got.Enqueued, "the dead letter awaits the DLQ relay")
@@ -213,11 +213,11 @@ func TestLeasePurger(t *testing.T) {
 	t.Run("AgentLeaseExpires", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		purger := engine.NewLeasePurger(b.eng, engine.LeasePurgerConfig{})
+		purger := leases.NewLeasePurger(b.eng, leases.LeasePurgerConfig{})
 		l, err := b.eng.Leases().Grant(ctx, leasesCPU("agent-a", 10*time.Second))
 		require.NoError(t, err)
 		b.clock.Add(10 * time.Second)
-		res, err := engine.PurgeOnce(ctx, purger)
+		res, err := purger.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Expired)
 		require.Equal(t, store.LeaseExpired, b.lease(t, l.Token).Status)
@@ -227,7 +227,7 @@ func TestLeasePurger(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		fenced := errors.New("not the leader")
-		purger := engine.NewLeasePurger(b.eng, engine.LeasePurgerConfig{
+		purger := leases.NewLeasePurger(b.eng, leases.LeasePurgerConfig{
 			Fence: func(context.Context, store.Tx) error {
 				return fmt.Errorf("check term: %w", errors.Join(fenced, store.ErrFenced))
 			},
@@ -235,7 +235,7 @@ func TestLeasePurger(t *testing.T) {
 		job := b.submit(t, "noop")
 		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
 		b.clock.Add(b.cfg.Leases.TTL)
-		_, err := engine.PurgeOnce(ctx, purger)
+		_, err := purger.RunOnce(ctx)
 		require.ErrorIs(t, err, store.ErrFenced)
 		require.Equal(t, store.LeaseActive, b.lease(t, tok).Status)
 		require.Equal(t, store.JobClaimed, b.job(t, job.ID).Status)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/retention"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -39,9 +40,9 @@ func (b *bundle) exists(t *testing.T, id string) bool {
 	return true
 }
 
-func (b *bundle) retention(t *testing.T, batch int) engine.RetentionResult {
+func (b *bundle) retention(t *testing.T, batch int) retention.Result {
 	t.Helper()
-	res, err := engine.NewRetentionCleaner(b.eng, engine.RetentionConfig{Batch: batch}).RunOnce(context.Background())
+	res, err := retention.NewCleaner(b.store, b.cfg, retention.Config{Batch: batch, Clock: b.clock.Now}).RunOnce(context.Background())
 	require.NoError(t, err)
 	return res
 }
@@ -79,7 +80,7 @@ func TestRetention(t *testing.T) {
 		require.NoError(t, err)
 		live := b.submit(t, "noop")
 
-		require.Equal(t, engine.RetentionResult{}, b.retention(t, 2), "nothing is old enough")
+		require.Equal(t, retention.Result{}, b.retention(t, 2), "nothing is old enough")
 
 		b.clock.Add(config.RetentionDefault + time.Minute)
 		res := b.retention(t, 2)

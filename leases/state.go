@@ -15,8 +15,9 @@
 // large jobs.
 //
 // Lease states change only through Transition, which checks the allowed-transitions table and
-// returns the audit row to write in the same transaction. Expiry and the rescue of an expired
-// lease's job live in package engine (its LeasePurger), which owns the job state machine.
+// returns the audit row to write in the same transaction. The LeasePurger loop lives here; the
+// expiry of a lease together with the rescue of its job is the engine's (the purger's
+// Expirer), which owns the job state machine.
 package leases
 
 import (

@@ -14,7 +14,9 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/leader"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/reclaimer"
+	"github.com/gpuorch/orchestrator/retention"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -32,7 +34,7 @@ type loop interface {
 // every write fenced by the term. It runs until the leader context ends (leadership lost or
 // resigned), then stops the loops before the elector campaigns again. Extra loops (pools) are
 // added by extra.
-func leaderWork(cfg *config.Config, eng *engine.Engine, sc *streams.Client, rm *reclaimer.Metrics, log *slog.Logger,
+func leaderWork(cfg *config.Config, st store.Store, eng *engine.Engine, sc *streams.Client, rm *reclaimer.Metrics, log *slog.Logger,
 	extra ...func(term int64, fence engine.Fence) loop) func(ctx context.Context, term int64) {
 	return func(ctx context.Context, term int64) {
 		fence := termFence(term)
@@ -40,14 +42,16 @@ func leaderWork(cfg *config.Config, eng *engine.Engine, sc *streams.Client, rm *
 			engine.NewDispatcher(eng, engine.DispatcherConfig{
 				Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Stagger: true, Fence: fence,
 			}),
-			engine.NewLeasePurger(eng, engine.LeasePurgerConfig{Interval: cfg.Leases.PurgeInterval, Stagger: true, Fence: fence}),
+			leases.NewLeasePurger(eng, leases.LeasePurgerConfig{
+				Interval: cfg.Leases.PurgeInterval, Stagger: true, Fence: fence, Logger: log,
+			}),
 			reclaimer.New(eng, sc, reclaimer.ConfigFrom(cfg, reclaimer.Config{Fence: fence, Metrics: rm, Logger: log, Stagger: true})),
 			reclaimer.NewTrimmer(sc, reclaimer.TrimmerConfigFrom(cfg, reclaimer.TrimmerConfig{Metrics: rm, Logger: log, Stagger: true})),
-			engine.NewDLQRelay(eng, engine.DLQRelayConfig{
-				Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Fence: fence, Stagger: true,
+			reclaimer.NewDLQRelay(eng, reclaimer.DLQRelayConfig{
+				Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Fence: fence, Stagger: true, Logger: log,
 			}),
-			engine.NewRetentionCleaner(eng, engine.RetentionConfig{
-				Interval: cfg.RetentionInterval, Batch: cfg.RetentionBatch, Fence: fence, Stagger: true,
+			retention.NewCleaner(st, cfg, retention.Config{
+				Interval: cfg.RetentionInterval, Batch: cfg.RetentionBatch, Fence: fence, Stagger: true, Logger: log,
 			}),
 		}
 		for _, x := range extra {

@@ -167,7 +167,7 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, eng, sc, rm, log, pw.leaderLoop)))
+	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, st, eng, sc, rm, log, pw.leaderLoop)))
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package engine
+package leases
 
 import (
 	"cmp"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/internal/startstop"
-	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -23,6 +22,24 @@ const (
 	LeasePurgerBatchDefault = 500
 )
 
+// Fence guards the writes of a leader: it runs first in every transaction of a pass and
+// refuses it (wrapping store.ErrFenced) once this instance no longer leads. engine.Fence is
+// one.
+type Fence = func(ctx context.Context, tx store.Tx) error
+
+// Expirer is what the LeasePurger needs from the job engine (engine.Engine), which owns the
+// job state machine: listing the leases past their expiry, and expiring one together with
+// the rescue of its job.
+type Expirer interface {
+	// ExpiredLeases returns the engine's clock now and up to limit active leases past their
+	// expiry at that instant.
+	ExpiredLeases(ctx context.Context, limit int) (now time.Time, expired []store.Lease, err error)
+	// ExpireLease expires l, when it is still active and past its expiry at now, and rescues
+	// its job (retry or dead letter) in the same transaction, guarded by fence (nil: the
+	// engine's own). It counts what it did in a PurgeResult of at most one lease.
+	ExpireLease(ctx context.Context, fence Fence, l store.Lease, now time.Time) (PurgeResult, error)
+}
+
 // LeasePurgerConfig configures a LeasePurger.
 type LeasePurgerConfig struct {
 	// Interval between passes (± 10% jitter); default LeasePurgerIntervalDefault.
@@ -33,6 +50,8 @@ type LeasePurgerConfig struct {
 	Stagger bool
 	// Fence guards every write of a pass (nil: the engine's Options.Fence).
 	Fence Fence
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // PurgeResult counts what one pass did.
@@ -44,25 +63,30 @@ type PurgeResult struct {
 	DeadLettered int
 }
 
-// LeasePurger expires the active leases whose holder went quiet past their expiry. The job of
-// an expired lease has lost its worker: its attempt fails with "worker lost" and the job is
-// retried with backoff, or dead-lettered when its attempts are exhausted (Rescue's core), in
-// the same transaction as the expiry. A lease that a heartbeat renewed meanwhile is left alone.
-type LeasePurger struct {
-	startstop.Base
-	engine *Engine
-	cfg    LeasePurgerConfig
-	log    *slog.Logger
+// add adds the counts of o to r.
+func (r *PurgeResult) add(o PurgeResult) {
+	r.Expired += o.Expired
+	r.Retried += o.Retried
+	r.DeadLettered += o.DeadLettered
 }
 
-// NewLeasePurger returns a LeasePurger of e's leases.
-func NewLeasePurger(e *Engine, cfg LeasePurgerConfig) *LeasePurger {
+// LeasePurger expires the active leases whose holder went quiet past their expiry. The job of
+// an expired lease has lost its worker: its attempt fails with "worker lost" and the job is
+// retried with backoff, or dead-lettered when its attempts are exhausted, in the same
+// transaction as the expiry (the Expirer does both). A lease that a heartbeat renewed
+// meanwhile is left alone.
+type LeasePurger struct {
+	startstop.Base
+	exp Expirer
+	cfg LeasePurgerConfig
+	log *slog.Logger
+}
+
+// NewLeasePurger returns a LeasePurger that expires leases through exp.
+func NewLeasePurger(exp Expirer, cfg LeasePurgerConfig) *LeasePurger {
 	cfg.Interval = cmp.Or(cfg.Interval, LeasePurgerIntervalDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, LeasePurgerBatchDefault)
-	if cfg.Fence == nil {
-		cfg.Fence = e.fence
-	}
-	return &LeasePurger{engine: e, cfg: cfg, log: e.log.With("component", "lease_purger")}
+	return &LeasePurger{exp: exp, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "lease_purger")}
 }
 
 // Start runs the purger until ctx ends or Stop is called. It returns at once.
@@ -71,30 +95,29 @@ func (p *LeasePurger) Start(ctx context.Context) error {
 		startstop.Loop(ctx, startstop.LoopParams{
 			Interval: p.cfg.Interval, Jitter: 0.1, Stagger: p.cfg.Stagger, Logger: p.log,
 		}, func(ctx context.Context) error {
-			_, err := p.runOnce(ctx)
+			_, err := p.RunOnce(ctx)
 			return err
 		})
 	})
 	return nil
 }
 
-// runOnce expires every lease past its expiry now, each in its own fenced transaction so that
-// one failure does not hold the others back. A fenced pass stops at once: this instance is no
-// longer the leader.
-func (p *LeasePurger) runOnce(ctx context.Context) (PurgeResult, error) {
+// RunOnce runs one pass (the loop's body; tools and tests call it directly): it expires every
+// lease past its expiry now, each in its own fenced transaction so that one failure does not
+// hold the others back. A fenced pass stops at once: this instance is no longer the leader.
+func (p *LeasePurger) RunOnce(ctx context.Context) (PurgeResult, error) {
 	var (
 		res  PurgeResult
 		errs []error
 	)
 	for {
-		now := p.engine.nowUTC()
-		expired, err := p.engine.store.LeaseListExpired(ctx, now, p.cfg.Batch)
+		now, expired, err := p.exp.ExpiredLeases(ctx, p.cfg.Batch)
 		if err != nil {
 			return res, fmt.Errorf("list expired leases: %w", err)
 		}
 		failed := 0
 		for _, l := range expired {
-			outcome, expiredOne, err := p.purge(ctx, l, now)
+			one, err := p.exp.ExpireLease(ctx, p.cfg.Fence, l, now)
 			switch {
 			case errors.Is(err, store.ErrFenced):
 				return res, fmt.Errorf("purge lease %s: %w", l.Token, err)
@@ -103,15 +126,7 @@ func (p *LeasePurger) runOnce(ctx context.Context) (PurgeResult, error) {
 				errs = append(errs, fmt.Errorf("purge lease %s: %w", l.Token, err))
 				continue
 			}
-			if expiredOne {
-				res.Expired++
-			}
-			switch outcome {
-			case OutcomeRetry:
-				res.Retried++
-			case OutcomeDeadLetter:
-				res.DeadLettered++
-			}
+			res.add(one)
 		}
 		if res.Expired > 0 {
 			p.log.Debug("purged expired leases", "expired", res.Expired, "retried", res.Retried,
@@ -123,31 +138,4 @@ func (p *LeasePurger) runOnce(ctx context.Context) (PurgeResult, error) {
 			return res, errors.Join(errs...)
 		}
 	}
-}
-
-// purge expires one lease and rescues its job, in one fenced transaction.
-func (p *LeasePurger) purge(ctx context.Context, l store.Lease, now time.Time) (outcome string, expired bool, err error) {
-	err = p.engine.fenced(ctx, p.cfg.Fence, func(tx store.Tx) error {
-		var events []store.AuditEvent
-		if l.JobID != "" {
-			var err error
-			if outcome, events, err = p.engine.rescueTx(ctx, tx, l.JobID, l.Token, ReasonWorkerLost, now); err != nil {
-				return err
-			}
-		} else {
-			ev, ok, err := expireLease(ctx, tx, l.Token, "the holder missed its heartbeats", now, true)
-			if err != nil {
-				return err
-			}
-			if ok {
-				events = append(events, ev)
-			}
-		}
-		expired = false
-		for _, ev := range events {
-			expired = expired || (ev.LeaseToken == l.Token && ev.EventType == leases.EventExpired)
-		}
-		return tx.AuditInsert(ctx, events)
-	})
-	return outcome, expired, err
 }

@@ -1,83 +1,18 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
-	"time"
 
-	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
 
-// DLQRelay defaults.
-const (
-	DLQRelayIntervalDefault = time.Second
-	DLQRelayBatchDefault    = 100
-)
-
-// DLQRelayConfig configures a DLQRelay.
-type DLQRelayConfig struct {
-	// Interval between passes (± 10% jitter).
-	Interval time.Duration
-	// Batch is the most dead letters one pass publishes per query; a pass repeats while
-	// batches come back full.
-	Batch int
-	// Fence guards the writes of a leader (nil: none).
-	Fence Fence
-	// Stagger delays the first pass randomly (off in tests).
-	Stagger bool
-}
-
-// DLQRelay is the outbox relay of the dead-letter queue, the twin of the Dispatcher: a job
-// that is dead-lettered gets enqueued=0 in the same transaction, and the relay appends it to
-// stream:orchestrator:dlq and marks it published. A crash between the two publishes it again;
-// the orphaned entry is not listed (GET /dlq reads the job rows) and is trimmed with age.
-type DLQRelay struct {
-	startstop.Base
-	engine *Engine
-	cfg    DLQRelayConfig
-	log    *slog.Logger
-}
-
-// NewDLQRelay returns a DLQRelay publishing through e.
-func NewDLQRelay(e *Engine, cfg DLQRelayConfig) *DLQRelay {
-	cfg.Interval = cmp.Or(cfg.Interval, DLQRelayIntervalDefault)
-	cfg.Batch = cmp.Or(cfg.Batch, DLQRelayBatchDefault)
-	return &DLQRelay{engine: e, cfg: cfg, log: e.log.With("component", "dlq_relay")}
-}
-
-// Start runs the relay until ctx ends or Stop is called. It returns at once.
-func (r *DLQRelay) Start(ctx context.Context) error {
-	r.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
-		}, func(ctx context.Context) error {
-			_, err := r.runOnce(ctx)
-			return err
-		})
-	})
-	return nil
-}
-
-// runOnce publishes every unpublished dead letter and returns how many it published.
-func (r *DLQRelay) runOnce(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		n, full, err := r.engine.RelayDeadLetters(ctx, r.cfg.Fence, r.cfg.Batch)
-		total += n
-		if err != nil || !full {
-			return total, err
-		}
-	}
-}
-
 // RelayDeadLetters publishes up to limit dead letters that are not on the DLQ stream yet and
 // marks them published; full reports that the batch was full (more may be waiting). Entries
 // whose mark did not apply (the job was replayed or purged in between) are deleted again.
+// The loop that calls it is reclaimer.DLQRelay.
 func (e *Engine) RelayDeadLetters(ctx context.Context, fence Fence, limit int) (published int, full bool, err error) {
 	jobs, err := e.store.JobListDeadLetterUnpublished(ctx, limit)
 	if err != nil {
