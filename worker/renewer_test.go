@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
 	"github.com/gpuorch/orchestrator/wire"
@@ -320,7 +321,7 @@ func TestTouchFailuresWarnOncePerOutage(t *testing.T) {
 	b.streams.Redis().AddHook(hook)
 	h := newBlockingHandler(4)
 	b.reg.Register("block", h)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	cfg := b.cfg(jobType("block", "block"))
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg.LeaseTTL, cfg.TouchInterval = 300*time.Millisecond, 100*time.Millisecond
@@ -344,24 +345,6 @@ func TestTouchFailuresWarnOncePerOutage(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), logs.String())
 	close(h.gate)
 	require.Eventually(t, func() bool { _, ok := b.api.result("j1"); return ok }, 30*time.Second, 5*time.Millisecond)
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger writing from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // quickThenBlock runs the job "quick" at once and blocks every other (blockingHandler).

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/internal/testenv"
 )
 
 func TestJobsWait(t *testing.T) {
@@ -37,7 +38,7 @@ func TestJobsWait(t *testing.T) {
 	t.Run("DoneWhileWaiting", func(t *testing.T) {
 		t.Parallel()
 		id := b.submit(t, "wait-later", "ops")
-		var stdout, stderr syncBuffer
+		var stdout, stderr testenv.SyncBuffer
 		codes := make(chan int, 1)
 		go func() {
 			codes <- run([]string{"--api-url", b.url, "--token", b.admin, "jobs", "wait", id,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/internal/testenv"
 )
 
 // TestMain lets a test start this binary as the orchestrator process (ORCH_TEST_RUN_MAIN=1).
@@ -29,25 +28,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a bytes.Buffer safe to write from the process's output copier while the test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // freeLoopbackAddr returns a loopback address nothing listens on now.
 func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
@@ -56,18 +36,6 @@ func freeLoopbackAddr(t *testing.T) string {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 	return addr
-}
-
-// pollUntil calls cond every few milliseconds until it holds, failing after d.
-func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s never happened", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
 }
 
 // TestSecondSignalStopsAtOnce runs `orchestrator dev` as a real process with a long grace and a
@@ -93,7 +61,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 		"ORCH_LOG_LEVEL=info",
 		"ORCH_TOKENS_FILE=", "ORCH_API_TOKENS=", "ORCH_API_TOKEN=", "ORCH_REDIS_PREFIX=",
 	)
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	var waitErr error
@@ -109,23 +77,23 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 
 	api := client.New("http://"+addr, "")
 	ctx := context.Background()
-	pollUntil(t, 2*time.Minute, "the API answers", func() bool {
+	require.Eventually(t, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		_, err := api.ListJobs(cctx, client.ListJobsParams{})
 		return err == nil
-	})
+	}, 2*time.Minute, 20*time.Millisecond, "the API answers")
 	sub, err := api.Submit(ctx, client.SubmitRequest{JobID: "long", Type: "sleep", Agent: "t", Payload: []byte(`{"ms": 3600000}`)})
 	require.NoError(t, err)
-	pollUntil(t, 2*time.Minute, "the job runs", func() bool {
+	require.Eventually(t, func() bool {
 		j, err := api.GetJob(ctx, sub.JobID)
 		return err == nil && j.Status == "running"
-	})
+	}, 2*time.Minute, 20*time.Millisecond, "the job runs")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	pollUntil(t, time.Minute, "the first signal is logged", func() bool {
+	require.Eventually(t, func() bool {
 		return strings.Contains(out.String(), "Send it again (Ctrl-C) to stop at once")
-	})
+	}, time.Minute, 20*time.Millisecond, "the first signal is logged")
 	require.Contains(t, out.String(), "grace=10m0s")
 	select {
 	case <-exited:

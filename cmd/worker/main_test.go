@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,29 +134,11 @@ func (f *fakeServer) count() int {
 	return len(f.results)
 }
 
-// syncBuffer collects the process's output; the test reads it while the process writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func startWorker(t *testing.T, env []string, args ...string) (*exec.Cmd, *syncBuffer, chan error) {
+func startWorker(t *testing.T, env []string, args ...string) (*exec.Cmd, *testenv.SyncBuffer, chan error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), append(env, "ORCH_TEST_RUN_MAIN=1")...)
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
@@ -166,7 +147,7 @@ func startWorker(t *testing.T, env []string, args ...string) (*exec.Cmd, *syncBu
 	return cmd, out, done
 }
 
-func waitExit(t *testing.T, done chan error, out *syncBuffer) int {
+func waitExit(t *testing.T, done chan error, out *testenv.SyncBuffer) int {
 	t.Helper()
 	select {
 	case err := <-done:
