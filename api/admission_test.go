@@ -52,13 +52,13 @@ func setupAdmission(t testing.TB, limiterRedis redis.UniversalClient) (*bundle, 
 		limiterRedis = rdb
 	}
 	log := slog.New(slog.DiscardHandler)
-	eng := engine.New(st, streams.New(rdb, streams.Options{Prefix: prefix}), cfg, engine.Options{Logger: log})
-	settleAtEnd(t, eng)
+	b := newStack(st, streams.New(rdb, streams.Options{Prefix: prefix}), cfg, engine.Options{Logger: log})
+	settleAtEnd(t, b.eng)
 	ctl, err := admission.New(st, limiterRedis, cfg, admission.Options{Prefix: prefix, Registerer: prometheus.NewRegistry(), Logger: log})
 	require.NoError(t, err)
 	set, tokens := testTokens(t)
-	srv := New(Options{Engine: eng, Auth: AuthOptions{Tokens: set}, Logger: log, Admission: ctl})
-	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}, ctl
+	b.srv, b.tokens = New(b.with(Options{Auth: AuthOptions{Tokens: set}, Logger: log, Admission: ctl})), tokens
+	return b, ctl
 }
 
 func admSubmit(id, typ, agent string) wire.SubmitRequest {
@@ -115,7 +115,7 @@ func TestSubmitAdmission(t *testing.T) {
 	t.Run("GPUPressure", func(t *testing.T) {
 		snap := telemetry.Snapshot{NodeID: "hot", Source: telemetry.SourceSimulated,
 			GPUs: []telemetry.GPU{{Index: 0, UUID: "GPU-hot-0", MemoryTotalMB: 1000, MemoryUsedMB: 990}}}
-		require.NoError(t, b.eng.Leases().RecordSnapshot(context.Background(), snap))
+		require.NoError(t, b.lm.RecordSnapshot(context.Background(), snap))
 		require.NoError(t, ctl.Refresh(t.Context()))
 
 		rec := b.request(t, http.MethodPost, "/jobs/submit", "admin", admSubmit("g-1", "infer", "carol"))

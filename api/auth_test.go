@@ -167,7 +167,7 @@ func TestAuthNoTokensConfigured(t *testing.T) {
 	t.Parallel()
 	down := setupDown(t)
 	serve := func(auth AuthOptions, remote string) *httptest.ResponseRecorder {
-		srv := New(Options{Engine: down.eng, Auth: auth, Logger: slog.New(slog.DiscardHandler)})
+		srv := New(down.with(Options{Auth: auth, Logger: slog.New(slog.DiscardHandler)}))
 		req := httptest.NewRequest(http.MethodGet, "/jobs?limit=0", nil)
 		req.RemoteAddr = remote
 		req.Host = "127.0.0.1:8080"

@@ -90,7 +90,7 @@ func TestClaimNeedsADeliveredEntry(t *testing.T) {
 	}
 
 	// The worker that read the entry claims it.
-	entry := readEntry(t, b.eng.Streams(), "noop", "noop", "w1", id)
+	entry := readEntry(t, b.sc, "noop", "noop", "w1", id)
 	status, body := post(t, srv.URL+"/internal/jobs/claim", b.tokens["worker"], wire.ClaimRequest{
 		WorkerID: "w1", Jobs: []wire.ClaimItem{{JobID: id, Stream: "noop", MessageID: entry}}})
 	require.Equal(t, http.StatusOK, status, string(body))
@@ -171,7 +171,7 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 
 	t.Run("Claim", func(t *testing.T) {
 		noopJob := b.submitJob(t, "alice")
-		entry := readEntry(t, b.eng.Streams(), "noop", "noop", "ws", noopJob)
+		entry := readEntry(t, b.sc, "noop", "noop", "ws", noopJob)
 		claim := func(pool, stream string) (int, []byte) {
 			return post(t, srv.URL+"/internal/jobs/claim", scoped, wire.ClaimRequest{WorkerID: "ws", PoolID: pool,
 				Jobs: []wire.ClaimItem{{JobID: noopJob, Stream: stream, MessageID: entry}}})
@@ -198,7 +198,7 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 		sleepJob, _, err := b.eng.Submit(ctx, engine.SubmitParams{Type: "sleep", Agent: "alice",
 			Payload: json.RawMessage(`{"ms":1}`), Actor: "agent:alice"})
 		require.NoError(t, err)
-		sleepEntry := readEntry(t, b.eng.Streams(), "sleep", "sleep", "ws", sleepJob.ID)
+		sleepEntry := readEntry(t, b.sc, "sleep", "sleep", "ws", sleepJob.ID)
 		status, body = post(t, srv.URL+"/internal/jobs/claim", scoped, wire.ClaimRequest{WorkerID: "ws", PoolID: "pool-p",
 			Jobs: []wire.ClaimItem{{JobID: sleepJob.ID, Stream: "sleep", MessageID: sleepEntry}}})
 		require.Equal(t, http.StatusOK, status, string(body))

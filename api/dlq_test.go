@@ -110,7 +110,7 @@ func TestDLQ(t *testing.T) {
 		rec = b.request(t, http.MethodGet, "/dlq", "admin", nil)
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.Empty(t, decode[wire.DeadLetterList](t, rec).DeadLetters, "neither is in the queue now")
-		n, err := b.eng.Streams().Len(context.Background(), "dlq")
+		n, err := b.sc.Len(context.Background(), "dlq")
 		require.NoError(t, err)
 		require.Zero(t, n, "their entries are deleted from the DLQ stream")
 

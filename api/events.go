@@ -67,7 +67,7 @@ func (s *Server) jobEvents(c *gin.Context) {
 			feed.fail(err)
 			return
 		}
-		evs, err := s.engine.Store().AuditList(ctx, store.AuditListParams{JobID: job.ID, AfterID: after, Limit: eventBatch})
+		evs, err := s.store.AuditList(ctx, store.AuditListParams{JobID: job.ID, AfterID: after, Limit: eventBatch})
 		if err != nil {
 			feed.fail(err)
 			return
@@ -108,7 +108,7 @@ func (s *Server) allEvents(c *gin.Context) {
 		if feed.revoked() {
 			return
 		}
-		evs, err := s.engine.Store().AuditList(ctx, store.AuditListParams{AfterID: after, Limit: eventBatch})
+		evs, err := s.store.AuditList(ctx, store.AuditListParams{AfterID: after, Limit: eventBatch})
 		if err != nil {
 			feed.fail(err)
 			return

@@ -155,8 +155,8 @@ func TestEventStreamCapLoopback(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.cfg.MaxStreamsPerToken = 2
-	dev := New(Options{Engine: b.eng, Auth: AuthOptions{AllowUnauthenticatedLoopback: true},
-		Logger: slog.New(slog.DiscardHandler)})
+	dev := New(b.with(Options{Auth: AuthOptions{AllowUnauthenticatedLoopback: true},
+		Logger: slog.New(slog.DiscardHandler)}))
 	srv := httptest.NewServer(dev.Handler())
 	t.Cleanup(srv.Close)
 	ctx := t.Context()

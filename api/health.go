@@ -77,14 +77,14 @@ func (s *Server) checkDependencies(ctx context.Context) map[string]error {
 		redisErr            error
 	)
 	wg.Go(func() {
-		st := s.engine.Store()
+		st := s.store
 		if dbErr = st.Ping(ctx); dbErr != nil {
 			migrationErr = &CheckError{Reason: "unknown: " + s.database + " is down"}
 			return
 		}
 		migrationErr = checkSchema(st.SchemaVersion(ctx))
 	})
-	wg.Go(func() { redisErr = s.engine.Streams().Ping(ctx) })
+	wg.Go(func() { redisErr = s.streams.Ping(ctx) })
 	wg.Wait()
 	return map[string]error{s.database: dbErr, CheckMigrations: migrationErr, CheckRedis: redisErr}
 }

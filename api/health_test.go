@@ -88,7 +88,7 @@ func TestReadyzWithoutDatabase(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			b := newBundle(t, c.st, down.eng.Streams())
+			b := newBundle(t, c.st, down.sc)
 			rec := b.request(t, http.MethodGet, "/readyz", "", nil)
 			require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 			h := decode[wire.Health](t, rec)
@@ -100,19 +100,19 @@ func TestReadyzWithoutDatabase(t *testing.T) {
 		// The embedded mode's database is named for what it is.
 		t.Parallel()
 		log := slog.New(slog.DiscardHandler)
-		eng := engine.New(schemaStore{version: 6}, down.eng.Streams(), down.eng.Config(), engine.Options{Logger: log})
-		b := &bundle{srv: New(Options{Engine: eng, Logger: log, Database: CheckSQLite})}
+		sb := newStack(schemaStore{version: 6}, down.sc, down.cfg, engine.Options{Logger: log})
+		b := &bundle{srv: New(sb.with(Options{Logger: log, Database: CheckSQLite}))}
 		rec := b.request(t, http.MethodGet, "/readyz", "", nil)
 		h := decode[wire.Health](t, rec)
 		require.Equal(t, map[string]string{CheckSQLite: "ok", CheckMigrations: "ok", CheckRedis: "down"}, h.Checks)
 
-		b = &bundle{srv: New(Options{Engine: down.eng, Logger: log, Database: CheckSQLite})}
+		b = &bundle{srv: New(down.with(Options{Logger: log, Database: CheckSQLite}))}
 		rec = b.request(t, http.MethodGet, "/readyz", "", nil)
 		require.Contains(t, decode[wire.Health](t, rec).Checks[CheckMigrations], "sqlite is down")
 	})
 	t.Run("Hook", func(t *testing.T) {
 		t.Parallel()
-		srv := New(Options{Engine: down.eng, Logger: slog.New(slog.DiscardHandler),
+		srv := New(Options{Engine: down.eng, Config: down.cfg, Logger: slog.New(slog.DiscardHandler),
 			Ready: func(ctx context.Context) map[string]error {
 				_, hasDeadline := ctx.Deadline()
 				require.True(t, hasDeadline, "readiness checks are bounded")

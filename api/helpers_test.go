@@ -18,6 +18,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/wire"
@@ -31,6 +32,8 @@ type bundle struct {
 	srv    *Server
 	eng    *engine.Engine
 	st     store.Store
+	sc     *streams.Client
+	lm     *leases.Manager
 	cfg    *config.Config
 	tokens map[string]string // "alice", "bob" (agents), "worker", "admin" → token
 }
@@ -68,11 +71,30 @@ func testTokens(t testing.TB) (*Tokens, map[string]string) {
 func newBundle(t testing.TB, st store.Store, sc *streams.Client) *bundle {
 	t.Helper()
 	cfg := testConfig(t)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
-	settleAtEnd(t, eng)
+	b := newStack(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+	settleAtEnd(t, b.eng)
 	set, tokens := testTokens(t)
-	srv := New(Options{Engine: eng, Auth: AuthOptions{Tokens: set}, Logger: slog.New(slog.DiscardHandler)})
-	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}
+	b.srv, b.tokens = New(b.with(Options{Auth: AuthOptions{Tokens: set}, Logger: slog.New(slog.DiscardHandler)})), tokens
+	return b
+}
+
+// newStack is a bundle without its server: an engine over st and sc with a lease manager of
+// its own, as the orchestrator wires them.
+func newStack(st store.Store, sc *streams.Client, cfg *config.Config, eo engine.Options) *bundle {
+	eo.Leases = engine.NewLeaseManager(st, cfg, eo.Now, eo.Logger)
+	return &bundle{eng: engine.New(st, sc, cfg, eo), st: st, sc: sc, lm: eo.Leases, cfg: cfg}
+}
+
+// with is o over the bundle's engine and backends (o's Config, when set, wins).
+func (b *bundle) with(o Options) Options {
+	o.Engine, o.Store, o.Leases = b.eng, b.st, b.lm
+	if b.sc != nil {
+		o.Streams = b.sc
+	}
+	if o.Config == nil {
+		o.Config = b.cfg
+	}
+	return o
 }
 
 // settleAtEnd makes the end of t wait for the publishes of eng's answered submits, which

@@ -107,7 +107,7 @@ func TestSubmitBatchOfMax(t *testing.T) {
 	job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/bulk-0042", "admin", nil))
 	require.JSONEq(t, `{"n":42}`, string(job.Payload))
 	require.Equal(t, 3, job.MaxAttempts, "the type's default")
-	n, err := b.eng.Streams().Len(ctx, "noop")
+	n, err := b.sc.Len(ctx, "noop")
 	require.NoError(t, err)
 	require.EqualValues(t, SubmitBatchMax, n, "one stream entry per job")
 
@@ -118,7 +118,7 @@ func TestSubmitBatchOfMax(t *testing.T) {
 			require.Equal(t, wire.SubmitBatchResult{JobID: req.Jobs[i].JobID, Status: "pending"}, r)
 		}
 		require.Len(t, b.allJobs(t, "bulk"), SubmitBatchMax)
-		n, err := b.eng.Streams().Len(ctx, "noop")
+		n, err := b.sc.Len(ctx, "noop")
 		require.NoError(t, err)
 		require.EqualValues(t, SubmitBatchMax, n, "nothing published again")
 	})

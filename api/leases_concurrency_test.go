@@ -49,15 +49,15 @@ func TestLeaseGrantsNeverOvercommit(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		cfg := testConfig(t)
-		eng := engine.New(s, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+		sb := newStack(s, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
 		set, tokens := testTokens(t)
-		srv := httptest.NewServer(New(Options{Engine: eng, Auth: AuthOptions{Tokens: set},
-			Logger: slog.New(slog.DiscardHandler)}).Handler())
+		srv := httptest.NewServer(New(sb.with(Options{Auth: AuthOptions{Tokens: set},
+			Logger: slog.New(slog.DiscardHandler)})).Handler())
 		t.Cleanup(srv.Close)
 		clients[i] = client.New(srv.URL, tokens["alice"])
 		if i == 0 {
 			st = s
-			require.NoError(t, eng.Leases().RecordSnapshot(t.Context(), telemetry.Snapshot{
+			require.NoError(t, sb.lm.RecordSnapshot(t.Context(), telemetry.Snapshot{
 				NodeID: node, Source: telemetry.SourceSimulated, GPUs: []telemetry.GPU{
 					{Index: 0, UUID: "GPU-0", MemoryTotalMB: gpuMB}, {Index: 1, UUID: "GPU-1", MemoryTotalMB: gpuMB},
 				}}))

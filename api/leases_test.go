@@ -42,10 +42,10 @@ func setupClock(t *testing.T) (*bundle, *testClock) {
 	ck := &testClock{now: time.Now().UTC().Truncate(time.Second)}
 	cfg := testConfig(t)
 	cfg.NodeID = "orch-node"
-	eng := engine.New(st, sc, cfg, engine.Options{Now: ck.Now, Logger: slog.New(slog.DiscardHandler)})
+	b := newStack(st, sc, cfg, engine.Options{Now: ck.Now, Logger: slog.New(slog.DiscardHandler)})
 	set, tokens := testTokens(t)
-	srv := New(Options{Engine: eng, Auth: AuthOptions{Tokens: set}, Logger: slog.New(slog.DiscardHandler)})
-	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}, ck
+	b.srv, b.tokens = New(b.with(Options{Auth: AuthOptions{Tokens: set}, Logger: slog.New(slog.DiscardHandler)})), tokens
+	return b, ck
 }
 
 // reportGPUs records node's telemetry: idle GPUs of the given sizes.
@@ -55,7 +55,7 @@ func (b *bundle) reportGPUs(t *testing.T, node string, totals ...int64) {
 	for i, mb := range totals {
 		snap.GPUs = append(snap.GPUs, telemetry.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", node, i), MemoryTotalMB: mb})
 	}
-	require.NoError(t, b.eng.Leases().RecordSnapshot(context.Background(), snap))
+	require.NoError(t, b.lm.RecordSnapshot(context.Background(), snap))
 }
 
 func (b *bundle) grant(t *testing.T, who string, req wire.LeaseRequest) wire.LeaseGrant {
@@ -223,7 +223,7 @@ func TestWorkerLeases(t *testing.T) {
 		id, other := b.submitJob(t, "alice"), b.submitJob(t, "alice")
 		zombie, live := b.claimOne(t, id), b.claimOne(t, other)
 		ck.Add(b.cfg.Leases.TTL / 2)
-		_, err := b.eng.Leases().Renew(ctx, leasesRenew(live.LeaseToken))
+		_, err := b.lm.Renew(ctx, leasesRenew(live.LeaseToken))
 		require.NoError(t, err)
 		ck.Add(b.cfg.Leases.TTL / 2) // the zombie's lease is past its expiry, the other's is not
 

@@ -24,7 +24,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	mb := metricstest.New(t)
 	mb.Populate(t)
 	set, tokens := testTokens(t)
-	srv := httptest.NewServer(New(Options{Engine: mb.Engine, Auth: AuthOptions{Tokens: set}, Logger: slog.New(slog.DiscardHandler),
+	srv := httptest.NewServer(New(Options{Engine: mb.Engine, Config: mb.Config, Store: mb.Store, Streams: mb.Streams, Leases: mb.Leases,
+		Auth: AuthOptions{Tokens: set}, Logger: slog.New(slog.DiscardHandler),
 		Metrics: mb.Metrics.Registry}).Handler())
 	t.Cleanup(srv.Close)
 

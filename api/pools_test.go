@@ -25,11 +25,11 @@ func setupPools(t *testing.T) (*bundle, *pools.Service) {
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
 	cfg := testConfig(t)
 	log := slog.New(slog.DiscardHandler)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log})
+	b := newStack(st, sc, cfg, engine.Options{Logger: log})
 	svc := pools.NewService(st, sc, cfg, pools.ServiceOptions{Logger: log})
 	set, tokens := testTokens(t)
-	srv := New(Options{Engine: eng, Auth: AuthOptions{Tokens: set}, Logger: log, Pools: svc})
-	return &bundle{srv: srv, eng: eng, st: st, cfg: cfg, tokens: tokens}, svc
+	b.srv, b.tokens = New(b.with(Options{Auth: AuthOptions{Tokens: set}, Logger: log, Pools: svc})), tokens
+	return b, svc
 }
 
 var mistral = wire.PoolRequest{PoolID: "mistral", AgentName: "alice", ModelID: "mistral-7b", Adapter: "vllm",

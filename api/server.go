@@ -26,6 +26,7 @@ import (
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/pools"
+	"github.com/gpuorch/orchestrator/store"
 )
 
 // HTTP server limits (NewHTTPServer).
@@ -42,8 +43,15 @@ const (
 type Options struct {
 	// Engine runs the job lifecycle. Required.
 	Engine *engine.Engine
-	// Config is the configuration (default: the engine's).
-	Config *config.Config
+	// Config, Store, Streams and Leases are required with an Engine: the configuration, what
+	// the API reads of the database itself (the audit trail of the event feeds, the readiness
+	// checks), what it reads of Redis (the queues of /status, the readiness check), and the
+	// lease manager of the lease and GPU routes. The process wiring passes the same backends
+	// the engine runs on.
+	Config  *config.Config
+	Store   Store
+	Streams Queues
+	Leases  *leases.Manager
 	// Auth configures bearer-token authentication.
 	Auth AuthOptions
 	// Logger (default slog.Default()).
@@ -66,9 +74,27 @@ type Options struct {
 	Database string
 }
 
+// Store is the part of the database the API reads without the engine: the audit trail that
+// the event feeds stream, and what the readiness check asks (store.Store has it).
+type Store interface {
+	AuditList(ctx context.Context, p store.AuditListParams) ([]store.AuditEvent, error)
+	Ping(ctx context.Context) error
+	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
+}
+
+// Queues is the part of Redis the API reads: the length and pending count of a stream for
+// /status, and a ping for /readyz (*streams.Client has it).
+type Queues interface {
+	Ping(ctx context.Context) error
+	Len(ctx context.Context, stream string) (int64, error)
+	PendingCount(ctx context.Context, stream, group string) (int64, error)
+}
+
 // Server is the HTTP API. It is safe for concurrent use.
 type Server struct {
 	engine    *engine.Engine
+	store     Store
+	streams   Queues
 	leases    *leases.Manager
 	cfg       *config.Config
 	auth      AuthOptions
@@ -102,6 +128,9 @@ func New(opts Options) *Server {
 	s := &Server{
 		engine:   opts.Engine,
 		cfg:      opts.Config,
+		store:    opts.Store,
+		streams:  opts.Streams,
+		leases:   opts.Leases,
 		auth:     opts.Auth,
 		log:      cmp.Or(opts.Logger, slog.Default()).With("component", "api"),
 		ready:    opts.Ready,
@@ -112,12 +141,6 @@ func New(opts Options) *Server {
 	s.tokens.Store(opts.Auth.Tokens)
 	s.admission = opts.Admission
 	s.pools = opts.Pools
-	if s.cfg == nil && s.engine != nil {
-		s.cfg = s.engine.Config()
-	}
-	if s.engine != nil {
-		s.leases = s.engine.Leases()
-	}
 	slots := config.SubmitBatchConcurrencyDefault
 	if s.cfg != nil && s.cfg.SubmitBatchConcurrency > 0 {
 		slots = s.cfg.SubmitBatchConcurrency

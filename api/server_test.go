@@ -75,8 +75,8 @@ func TestRequestLog(t *testing.T) {
 	var buf bytes.Buffer
 	down := setupDown(t)
 	set, tokens := testTokens(t)
-	srv := New(Options{Engine: down.eng, Auth: AuthOptions{Tokens: set},
-		Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	srv := New(down.with(Options{Auth: AuthOptions{Tokens: set},
+		Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
 	b := &bundle{srv: srv, tokens: tokens}
 
 	rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", `{"type":"noop","payload":{"secret":"hunter2"}}`)

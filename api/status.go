@@ -31,7 +31,7 @@ func (s *Server) status(c *gin.Context) {
 			out.Leader = &wire.StatusLeader{LeaderID: st.LeaderID, Term: st.Term, Since: st.AcquiredAt.UTC(), RenewedAt: st.RenewedAt.UTC()}
 		}
 	}
-	sc := s.engine.Streams()
+	sc := s.streams
 	for _, name := range s.cfg.TypeNames() {
 		jt := s.cfg.JobTypes[name]
 		q := wire.StatusQueue{Type: name, Stream: jt.Stream}

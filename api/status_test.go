@@ -26,10 +26,10 @@ func TestStatus(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	since := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	b.srv = New(Options{
-		Engine: b.eng, Auth: AuthOptions{Tokens: b.srv.auth.Tokens}, Logger: slog.New(slog.DiscardHandler),
+	b.srv = New(b.with(Options{
+		Auth: AuthOptions{Tokens: b.srv.auth.Tokens}, Logger: slog.New(slog.DiscardHandler),
 		Leader: fakeLeader{store.LeaderState{Term: 7, LeaderID: "orch-a", AcquiredAt: since, RenewedAt: since}},
-	})
+	}))
 	b.submitJob(t, "alice")
 	_, _, err := b.eng.Submit(t.Context(), engine.SubmitParams{Type: "sleep", Agent: "alice", Payload: []byte(`{"ms":1}`)})
 	require.NoError(t, err)

@@ -75,7 +75,7 @@ func TestTLS(t *testing.T) {
 	cfg.TLS.RequireWorkerCert = true
 	srvTLS, err := ServerTLS(cfg.TLS)
 	require.NoError(t, err)
-	srv := New(Options{Engine: b.eng, Config: &cfg, Auth: b.srv.auth, Logger: slog.New(slog.DiscardHandler)})
+	srv := New(b.with(Options{Config: &cfg, Auth: b.srv.auth, Logger: slog.New(slog.DiscardHandler)}))
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.TLS = srvTLS
 	// As serve does: TLS above NewListener, whose connections keep their type, so client

@@ -66,7 +66,7 @@ func doCall(t *testing.T, base string, c tokenlessCall) (int, wire.ErrorDetail) 
 func TestTokenlessMode(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	srv := New(Options{Engine: b.eng, Auth: AuthOptions{AllowUnauthenticatedLoopback: true}, Logger: slog.New(slog.DiscardHandler)})
+	srv := New(b.with(Options{Auth: AuthOptions{AllowUnauthenticatedLoopback: true}, Logger: slog.New(slog.DiscardHandler)}))
 	ts := httptest.NewServer(srv.Handler()) // 127.0.0.1
 	t.Cleanup(ts.Close)
 	u, err := url.Parse(ts.URL)

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
@@ -21,6 +22,19 @@ import (
 // benchEngine is an engine on the real MariaDB and Redis with the default configuration,
 // changed by edit when not nil.
 func benchEngine(b *testing.B, edit func(*config.Config)) (store.Store, *engine.Engine) {
+	s := newBenchStack(b, edit)
+	return s.st, s.eng
+}
+
+// benchStack is an engine over a fresh database and Redis prefix, with its backends.
+type benchStack struct {
+	st  store.Store
+	sc  *streams.Client
+	lm  *leases.Manager
+	eng *engine.Engine
+}
+
+func newBenchStack(b *testing.B, edit func(*config.Config)) benchStack {
 	st := testenv.MySQLStore(b)
 	cfg, err := config.Load("", func(string) string { return "" })
 	if err != nil {
@@ -32,7 +46,9 @@ func benchEngine(b *testing.B, edit func(*config.Config)) (store.Store, *engine.
 	rdb := streams.NewRedis(testenv.RedisAddr(b), "")
 	b.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(b)})
-	return st, engine.New(st, sc, cfg, engine.Options{Logger: slog.New(slog.DiscardHandler)})
+	quiet := slog.New(slog.DiscardHandler)
+	lm := engine.NewLeaseManager(st, cfg, nil, quiet)
+	return benchStack{st: st, sc: sc, lm: lm, eng: engine.New(st, sc, cfg, engine.Options{Logger: quiet, Leases: lm})}
 }
 
 // BenchmarkClaim measures claim throughput against the real MariaDB: one op is one worker's
@@ -48,16 +64,17 @@ func BenchmarkClaim(b *testing.B) {
 	}{{"CPU", 0}, {"GPU", 10}} {
 		b.Run(tc.name, func(b *testing.B) {
 			const batch = 50
-			st, eng := benchEngine(b, func(cfg *config.Config) {
+			bs := newBenchStack(b, func(cfg *config.Config) {
 				cfg.Leases.TelemetryFreshness = time.Hour
 				cfg.JobTypes["noop"].GPUMemoryMB = tc.gpuMB
 			})
+			st, eng := bs.st, bs.eng
 			ctx := context.Background()
 			// 8 nodes of 8 × 80 GB: room for every job's lease.
 			for n := range 8 {
 				sim, _ := telemetry.NewSimulated(fmt.Sprintf("node-%d", n), "8x81920")
 				snap, _ := sim.Snapshot(ctx)
-				if err := eng.Leases().RecordSnapshot(ctx, snap); err != nil {
+				if err := bs.lm.RecordSnapshot(ctx, snap); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -224,9 +241,9 @@ func BenchmarkClaimProven(b *testing.B) {
 				name = fmt.Sprintf("Batch%d/Proven", batch)
 			}
 			b.Run(name, func(b *testing.B) {
-				st, eng := benchEngine(b, nil)
+				bs := newBenchStack(b, nil)
+				st, eng, sc := bs.st, bs.eng, bs.sc
 				ctx := context.Background()
-				sc := eng.Streams()
 				group := streams.GroupName("noop")
 				if err := sc.EnsureGroup(ctx, "noop", group); err != nil {
 					b.Fatal(err)

@@ -60,6 +60,10 @@ type Options struct {
 	// Observer is told about every committed job status change (nil: none); the metrics
 	// count jobs and time their waits and runs with it.
 	Observer Observer
+	// Leases is the lease manager job leases are placed with; the process wiring builds it, so
+	// that the API, the telemetry poller and the engine share one. Nil: the engine builds its
+	// own over st from cfg (tests).
+	Leases *leases.Manager
 	// RedisStartsEmpty says the Redis is new and empty at every start of the process, as the
 	// embedded mode's is: a recovery for its missing marker is how the process starts, not a
 	// loss, and RecoverRedis logs it at info level instead of warning.
@@ -80,30 +84,29 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 	}
 	e.fence = opts.Fence
 	e.redisStartsEmpty = opts.RedisStartsEmpty
-	lm, err := leases.New(st, leases.ConfigFrom(cfg), leases.Options{Now: e.now, Logger: opts.Logger, NodeID: cfg.NodeID})
-	if err != nil {
-		// config.Validate refuses such settings; a configuration built by hand falls back.
-		e.log.Error("invalid lease settings; using the defaults", "error", err)
-		lm, _ = leases.New(st, leases.Config{}, leases.Options{Now: e.now, Logger: opts.Logger, NodeID: cfg.NodeID})
+	e.leases = opts.Leases
+	if e.leases == nil {
+		e.leases = NewLeaseManager(st, cfg, e.now, opts.Logger)
 	}
-	e.leases = lm
 	if opts.Observer != nil {
 		e.store = &observedStore{Store: st, obs: opts.Observer}
 	}
 	return e
 }
 
-// Leases returns the lease manager the engine places job leases with.
-func (e *Engine) Leases() *leases.Manager { return e.leases }
-
-// Store returns the engine's store (for readiness checks and the dispatcher).
-func (e *Engine) Store() store.Store { return e.store }
-
-// Streams returns the engine's stream client.
-func (e *Engine) Streams() *streams.Client { return e.streams }
-
-// Config returns the configuration the engine runs with.
-func (e *Engine) Config() *config.Config { return e.cfg }
+// NewLeaseManager returns the lease manager of cfg's lease settings over st, on the clock now
+// (nil: time.Now). Settings that
+// config.Validate would refuse (a configuration built by hand) fall back to the defaults, with
+// an error logged.
+func NewLeaseManager(st store.Store, cfg *config.Config, now func() time.Time, log *slog.Logger) *leases.Manager {
+	opts := leases.Options{Now: now, Logger: log, NodeID: cfg.NodeID}
+	lm, err := leases.New(st, leases.ConfigFrom(cfg), opts)
+	if err != nil {
+		cmp.Or(log, slog.Default()).Error("invalid lease settings; using the defaults", "error", err)
+		lm, _ = leases.New(st, leases.Config{}, opts)
+	}
+	return lm
+}
 
 // nowUTC is the engine clock in UTC, truncated to microseconds (the database's precision) so
 // the in-memory row equals the stored one.

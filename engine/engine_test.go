@@ -16,6 +16,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -35,6 +36,7 @@ func (c *clock) Add(d time.Duration) {
 
 type bundle struct {
 	eng     *engine.Engine
+	leases  *leases.Manager
 	store   store.Store
 	streams *streams.Client
 	clock   *clock
@@ -51,10 +53,12 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
 	ck := &clock{now: time.Now().UTC().Truncate(time.Second)}
-	eng := engine.New(st, sc, cfg, engine.Options{Now: ck.Now})
+	lm := engine.NewLeaseManager(st, cfg, ck.Now, nil)
+	eng := engine.New(st, sc, cfg, engine.Options{Now: ck.Now, Leases: lm})
 	t.Cleanup(func() { eng.FlushMarks(context.Background()) }) // before the store closes
 	return &bundle{
 		eng:     eng,
+		leases:  lm,
 		store:   st,
 		streams: sc,
 		clock:   ck,

@@ -33,7 +33,7 @@ func (b *bundle) report(t *testing.T, node string, totals ...int64) {
 		snap.GPUs = append(snap.GPUs, telemetry.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", node, i),
 			MemoryTotalMB: mb, MemoryFreeMB: mb})
 	}
-	require.NoError(t, b.eng.Leases().RecordSnapshot(context.Background(), snap))
+	require.NoError(t, b.leases.RecordSnapshot(context.Background(), snap))
 }
 
 func (b *bundle) claimOn(t *testing.T, worker, node string, ids ...string) engine.ClaimResult {
@@ -146,7 +146,7 @@ func TestLeasePurger(t *testing.T) {
 
 		// Renewed in time: nothing to purge.
 		b.clock.Add(b.cfg.Leases.TTL - time.Second)
-		renewed, err := b.eng.Leases().Renew(ctx, leasesRenew("w1", tok))
+		renewed, err := b.leases.Renew(ctx, leasesRenew("w1", tok))
 		require.NoError(t, err)
 		require.Len(t, renewed.Renewed, 1)
 		b.clock.Add(2 * time.Second)
@@ -177,7 +177,7 @@ func TestLeasePurger(t *testing.T) {
 		require.Equal(t, engine.OutcomeLeaseExpired, late.Outcomes[0].Outcome)
 		require.Equal(t, store.JobPending, b.job(t, job.ID).Status)
 		// Nor can the lease be renewed again.
-		again, err := b.eng.Leases().Renew(ctx, leasesRenew("w1", tok))
+		again, err := b.leases.Renew(ctx, leasesRenew("w1", tok))
 		require.NoError(t, err)
 		require.Empty(t, again.Renewed)
 		require.Equal(t, store.LeaseExpired, again.Gone[0].Status)
@@ -214,7 +214,7 @@ func TestLeasePurger(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		purger := leases.NewLeasePurger(b.eng, leases.LeasePurgerConfig{})
-		l, err := b.eng.Leases().Grant(ctx, leasesCPU("agent-a", 10*time.Second))
+		l, err := b.leases.Grant(ctx, leasesCPU("agent-a", 10*time.Second))
 		require.NoError(t, err)
 		b.clock.Add(10 * time.Second)
 		res, err := purger.RunOnce(ctx)

@@ -92,7 +92,7 @@ func TestGPUs(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, func(c *config.Config) { c.JobTypes["inference"].GPUMemoryMB = 8000 })
 	require.EqualValues(t, 8000, metrics.DefaultRequirementMB(b.cfg))
-	lm := b.eng.Leases()
+	lm := b.lm
 	require.NoError(t, lm.RecordSnapshot(ctx, telemetry.Snapshot{NodeID: "n1", Source: telemetry.SourceSimulated, GPUs: []telemetry.GPU{
 		{Index: 0, UUID: "GPU-0", MemoryTotalMB: 24576, MemoryUsedMB: 1000, UtilizationPct: 40},
 		{Index: 1, UUID: "GPU-1", MemoryTotalMB: 24576, MemoryUsedMB: 23000, UtilizationPct: telemetry.Unknown},

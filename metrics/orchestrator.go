@@ -48,12 +48,12 @@ type Sources struct {
 	Extra []prometheus.Collector
 }
 
-// SourcesOf takes the sources of an orchestrator from its engine and its store: st must be the
-// store itself (not engine.Store(), which may be wrapped) for the lease counts to be read.
-func SourcesOf(eng *engine.Engine, st store.Store, leader Leadership) Sources {
+// SourcesOf takes the sources of an orchestrator from its backends: the store, the stream
+// client and the lease manager the engine runs on.
+func SourcesOf(eng *engine.Engine, st store.Store, sc GroupStatsReader, lm GPULister, leader Leadership) Sources {
 	s := Sources{
-		Streams: eng.Streams(),
-		GPUs:    eng.Leases(),
+		Streams: sc,
+		GPUs:    lm,
 		Pools:   st,
 		Leader:  leader,
 		Extra:   []prometheus.Collector{eng.DLQDepthCollector()},

@@ -16,6 +16,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
@@ -31,6 +32,7 @@ type bundle struct {
 	st  store.Store
 	sc  *streams.Client
 	eng *engine.Engine
+	lm  *leases.Manager
 	om  *metrics.Orchestrator
 }
 
@@ -48,9 +50,10 @@ func setup(t *testing.T, mutate func(*config.Config)) *bundle {
 	t.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
 	om := metrics.NewOrchestrator(cfg, quiet)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: quiet, Observer: om.Jobs})
-	require.NoError(t, om.Watch(metrics.SourcesOf(eng, st, nil)))
-	return &bundle{cfg: cfg, st: st, sc: sc, eng: eng, om: om}
+	lm := engine.NewLeaseManager(st, cfg, nil, quiet)
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: quiet, Observer: om.Jobs, Leases: lm})
+	require.NoError(t, om.Watch(metrics.SourcesOf(eng, st, sc, lm, nil)))
+	return &bundle{cfg: cfg, st: st, sc: sc, eng: eng, lm: lm, om: om}
 }
 
 var seq atomic.Int64

@@ -46,7 +46,8 @@ func TestOneTraceAcrossTheStream(t *testing.T) {
 	rdb := streams.NewRedis(testenv.RedisAddr(t), "")
 	t.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: quiet})
+	lm := engine.NewLeaseManager(st, cfg, nil, quiet)
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: quiet, Leases: lm})
 
 	agentTok, agentLine, err := api.GenerateToken("agent", "alice")
 	require.NoError(t, err)
@@ -54,7 +55,7 @@ func TestOneTraceAcrossTheStream(t *testing.T) {
 	require.NoError(t, err)
 	tokens, err := api.LoadTokens("", agentLine+";"+workerLine)
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.New(api.Options{Engine: eng, Auth: api.AuthOptions{Tokens: tokens}, Logger: quiet}).Handler())
+	srv := httptest.NewServer(api.New(api.Options{Engine: eng, Config: cfg, Store: st, Streams: sc, Leases: lm, Auth: api.AuthOptions{Tokens: tokens}, Logger: quiet}).Handler())
 	t.Cleanup(srv.Close)
 
 	// The agent starts the trace and sends it in the traceparent header.

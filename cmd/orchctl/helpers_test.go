@@ -28,7 +28,16 @@ type bundle struct {
 	admin string
 	alice string
 	eng   *engine.Engine
+	st    store.Store
 	opts  api.Options // of the server, for a second server with other readiness checks
+}
+
+// apiOptions are the options of an API server over st and sc, as the orchestrator wires it:
+// the engine, the lease manager and the backends the API reads.
+func apiOptions(st store.Store, sc *streams.Client, cfg *config.Config, log *slog.Logger) api.Options {
+	lm := engine.NewLeaseManager(st, cfg, nil, log)
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Leases: lm})
+	return api.Options{Engine: eng, Config: cfg, Store: st, Streams: sc, Leases: lm, Logger: log}
 }
 
 func setup(t *testing.T) *bundle {
@@ -40,7 +49,7 @@ func setup(t *testing.T) *bundle {
 	cfg, err := config.Load("", func(string) string { return "" })
 	require.NoError(t, err)
 	log := slog.New(slog.DiscardHandler)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log})
+	opts := apiOptions(st, sc, cfg, log)
 
 	admin, adminLine, err := api.GenerateToken(string(api.RoleAdmin), "")
 	require.NoError(t, err)
@@ -49,8 +58,8 @@ func setup(t *testing.T) *bundle {
 	tokens, err := api.LoadTokens("", adminLine+";"+aliceLine)
 	require.NoError(t, err)
 
-	b := &bundle{admin: admin, alice: alice, eng: eng,
-		opts: api.Options{Engine: eng, Auth: api.AuthOptions{Tokens: tokens}, Logger: log}}
+	opts.Auth = api.AuthOptions{Tokens: tokens}
+	b := &bundle{admin: admin, alice: alice, eng: opts.Engine, st: st, opts: opts}
 	b.url = serve(t, b.opts)
 	return b
 }

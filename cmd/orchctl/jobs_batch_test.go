@@ -45,7 +45,7 @@ func TestJobsSubmitBatch(t *testing.T) {
 		r := b.runOK(t, "jobs", "submit-batch", "--file", path)
 		require.Equal(t, [][]string{{"1500", "1500", "0", "0"}}, tableRows(t, r.stdout), "%s", r)
 		require.Empty(t, r.stderr)
-		count, err := b.eng.Store().JobCountUnfinished(t.Context(), "bulk", 2*n)
+		count, err := b.st.JobCountUnfinished(t.Context(), "bulk", 2*n)
 		require.NoError(t, err)
 		require.Equal(t, n, count)
 		for _, i := range []int{0, 999, 1000, 1234, n - 1} {

@@ -15,7 +15,6 @@ import (
 	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
-	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/streams"
@@ -42,7 +41,8 @@ func setupOps(t *testing.T) *opsBundle {
 	cfg, err := config.Load("", func(string) string { return "" })
 	require.NoError(t, err)
 	log := slog.New(slog.DiscardHandler)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log})
+	opts := apiOptions(st, sc, cfg, log)
+	eng := opts.Engine
 
 	svc := pools.NewService(st, sc, cfg, pools.ServiceOptions{Logger: log})
 	rec := pools.NewReconciler(st, pools.ExternalProvisioner{}, eng, pools.ReconcilerConfig{
@@ -63,11 +63,11 @@ func setupOps(t *testing.T) *opsBundle {
 	require.NoError(t, err)
 	tokens, err := api.LoadTokens("", adminLine+";"+aliceLine)
 	require.NoError(t, err)
-	opts := api.Options{Engine: eng, Auth: api.AuthOptions{Tokens: tokens}, Logger: log, Pools: svc, Admission: adm}
+	opts.Auth, opts.Pools, opts.Admission = api.AuthOptions{Tokens: tokens}, svc, adm
 	ts := httptest.NewServer(api.New(opts).Handler())
 	t.Cleanup(ts.Close)
 	return &opsBundle{
-		bundle: &bundle{url: ts.URL, admin: admin, alice: alice, eng: eng, opts: opts},
+		bundle: &bundle{url: ts.URL, admin: admin, alice: alice, eng: eng, st: st, opts: opts},
 		svc:    svc, adm: adm, api: client.New(ts.URL, admin),
 	}
 }

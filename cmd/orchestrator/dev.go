@@ -14,9 +14,9 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
-	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/store/sqlite"
+	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/worker"
 )
 
@@ -67,8 +67,8 @@ func devOptions(cfg *config.Config, log *slog.Logger, out io.Writer) serverOptio
 	return serverOptions{
 		allowLoopback: true,
 		open:          embeddedOpener(func(cfg *config.Config) []string { return []string{devWorkerID(cfg)} }),
-		ready: func(ctx context.Context, eng *engine.Engine, self selfAPI) (func(), error) {
-			w, types, err := devWorker(cfg, eng, self)
+		ready: func(ctx context.Context, c *core, self selfAPI) (func(), error) {
+			w, types, err := devWorker(cfg, c.sc, self)
 			if err != nil {
 				return nil, err
 			}
@@ -105,7 +105,7 @@ func devWorkerID(cfg *config.Config) string { return "dev-" + cfg.NodeID }
 // any worker (over HTTPS, trusting the certificate this process serves, when the API serves
 // TLS), and serves every type whose handler can run with the configuration (or those of
 // worker.types when set).
-func devWorker(cfg *config.Config, eng *engine.Engine, self selfAPI) (*worker.Worker, []string, error) {
+func devWorker(cfg *config.Config, sc *streams.Client, self selfAPI) (*worker.Worker, []string, error) {
 	reg := worker.NewBuiltinRegistry(worker.BuiltinOptions{JobTypes: cfg.JobTypes, Commands: cfg.Worker.Commands})
 	var types []*config.JobType
 	var names []string
@@ -133,7 +133,7 @@ func devWorker(cfg *config.Config, eng *engine.Engine, self selfAPI) (*worker.Wo
 		Block:         cfg.Worker.Block,
 		ShutdownGrace: cfg.ShutdownGrace,
 		API:           client.New(self.url, cfg.Worker.APIToken, client.WithTLSConfig(self.tls)),
-		Streams:       eng.Streams(),
+		Streams:       sc,
 		Registry:      reg,
 		Logger:        logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat),
 	})

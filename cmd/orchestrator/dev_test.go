@@ -24,7 +24,6 @@ import (
 	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
-	"github.com/gpuorch/orchestrator/engine"
 )
 
 // TestDevTokens checks when dev mode runs without tokens: only when none is configured by any
@@ -164,8 +163,8 @@ func TestDevTLS(t *testing.T) {
 		opts := devOptions(cfg, log, io.Discard)
 		up := make(chan selfAPI, 1)
 		ready := opts.ready
-		opts.ready = func(ctx context.Context, eng *engine.Engine, self selfAPI) (func(), error) {
-			wait, err := ready(ctx, eng, self)
+		opts.ready = func(ctx context.Context, c *core, self selfAPI) (func(), error) {
+			wait, err := ready(ctx, c, self)
 			up <- self
 			return wait, err
 		}

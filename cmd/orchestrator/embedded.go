@@ -107,7 +107,7 @@ func openEmbedded(ctx context.Context, cfg *config.Config, log *slog.Logger, own
 	})
 	eng := engine.New(st, streams.New(rdb, streams.Options{Prefix: cfg.RedisPrefix}), cfg,
 		engine.Options{Logger: log, Fence: fence, RedisStartsEmpty: true})
-	if err := recoverEmbedded(ctx, eng, fence, ownWorkers, log); err != nil {
+	if err := recoverEmbedded(ctx, cfg, st, eng, fence, ownWorkers, log); err != nil {
 		return nil, fmt.Errorf("embedded mode: %w", err)
 	}
 	return &backends{
@@ -160,9 +160,10 @@ func (d *deferredWork) run(ctx context.Context, term int64) {
 //
 // Rescues come first, so that the jobs they retry are published by the same pass when due
 // (and by the dispatcher otherwise).
-func recoverEmbedded(ctx context.Context, eng *engine.Engine, fence engine.Fence, ownWorkers []string, log *slog.Logger) error {
+func recoverEmbedded(ctx context.Context, cfg *config.Config, st store.Store, eng *engine.Engine, fence engine.Fence, ownWorkers []string,
+	log *slog.Logger) error {
 	if len(ownWorkers) > 0 {
-		n, err := rescueOwnJobs(ctx, eng, ownWorkers)
+		n, err := rescueOwnJobs(ctx, cfg, st, eng, ownWorkers)
 		if err != nil {
 			return err
 		}
@@ -181,12 +182,11 @@ func recoverEmbedded(ctx context.Context, eng *engine.Engine, fence engine.Fence
 
 // rescueOwnJobs rescues every claimed or running job of the configured types held by one of
 // workers, and returns how many it rescued.
-func rescueOwnJobs(ctx context.Context, eng *engine.Engine, workers []string) (int, error) {
+func rescueOwnJobs(ctx context.Context, cfg *config.Config, st store.Store, eng *engine.Engine, workers []string) (int, error) {
 	own := make(map[string]bool, len(workers))
 	for _, w := range workers {
 		own[w] = true
 	}
-	cfg, st := eng.Config(), eng.Store()
 	rescued := 0
 	for _, typ := range cfg.TypeNames() {
 		for _, status := range []store.JobStatus{store.JobClaimed, store.JobRunning} {

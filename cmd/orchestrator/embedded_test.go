@@ -113,7 +113,7 @@ func TestOpenEmbedded(t *testing.T) {
 		require.True(t, queued.Enqueued)
 		// Published again into the new Redis: the queued job (and the claimed one, which a
 		// worker will refuse); the rescued one waits for its backoff (the dispatcher's).
-		n, err := eng2.Streams().Len(ctx, "noop")
+		n, err := streams.New(be2.redis, streams.Options{}).Len(ctx, "noop")
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
 	})

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/gpuorch/orchestrator/config"
-	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/telemetry"
 )
 
@@ -14,8 +14,7 @@ import (
 // go to gpu_devices (simulated GPUs follow the node's reservations). The lease purger, which
 // expires leases whose holder went quiet and rescues their jobs, is leader-only work
 // (leaderWork), fenced by the term. The function returned stops the poller.
-func startLeaseLoops(ctx context.Context, cfg *config.Config, eng *engine.Engine, log *slog.Logger) (stop func(), err error) {
-	lm := eng.Leases()
+func startLeaseLoops(ctx context.Context, cfg *config.Config, lm *leases.Manager, log *slog.Logger) (stop func(), err error) {
 	provider, err := telemetry.Auto(cfg.NodeID, telemetry.AutoOptions{
 		SimGPUs: cfg.Telemetry.SimGPUs,
 		Disable: cfg.Telemetry.NVMLDisable,

@@ -21,9 +21,11 @@ import (
 	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/leader"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/reclaimer"
+	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/tracing"
 )
@@ -67,7 +69,7 @@ type serverOptions struct {
 	// ready is called once the API listens (dev mode prints its banner and starts workers). The
 	// function it returns is called at shutdown, before the API stops, and waits for what ready
 	// started to drain (workers still need the API to report their last results).
-	ready func(ctx context.Context, eng *engine.Engine, self selfAPI) (wait func(), err error)
+	ready func(ctx context.Context, c *core, self selfAPI) (wait func(), err error)
 	// open opens the store and Redis (default openBackends: MariaDB and the configured Redis;
 	// the embedded mode: SQLite and an in-process Redis).
 	open func(ctx context.Context, cfg *config.Config, log *slog.Logger) (*backends, error)
@@ -116,7 +118,7 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 	}
 	drain := func() {}
 	if opts.ready != nil {
-		if drain, err = startReady(ctx, cfg, opts.ready, c.eng, addr, serverTLS); err != nil {
+		if drain, err = startReady(ctx, cfg, opts.ready, c, addr, serverTLS); err != nil {
 			_ = hs.Close()
 			return err
 		}
@@ -132,6 +134,9 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, opts s
 // leader's loops, the lease loops, admission control and the pools, with their metrics.
 type core struct {
 	eng   *engine.Engine
+	st    store.Store
+	sc    *streams.Client
+	lm    *leases.Manager
 	om    *metrics.Orchestrator
 	el    leader.Elector
 	adm   *admission.Controller
@@ -158,7 +163,8 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	// this instance leads in, and refused on a follower.
 	var term currentTerm
 	om := metrics.NewOrchestrator(cfg, log)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: om.Jobs})
+	lm := engine.NewLeaseManager(st, cfg, time.Now, log)
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: om.Jobs, Leases: lm})
 	rm := reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...)
 	if err := om.Register(rm); err != nil {
 		return nil, fmt.Errorf("register reclaimer metrics: %w", err)
@@ -172,10 +178,10 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 		return nil, err
 	}
 	started.push(stopElection)
-	if err := om.Watch(metrics.SourcesOf(eng, st, el)); err != nil {
+	if err := om.Watch(metrics.SourcesOf(eng, st, sc, lm, el)); err != nil {
 		return nil, err
 	}
-	stopLeaseLoops, err := startLeaseLoops(ctx, cfg, eng, log)
+	stopLeaseLoops, err := startLeaseLoops(ctx, cfg, lm, log)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +191,7 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 		return nil, err
 	}
 	started.push(stopAdmission)
-	return &core{eng: eng, om: om, el: el, adm: adm, pools: pw.svc, stop: started.run}, nil
+	return &core{eng: eng, st: st, sc: sc, lm: lm, om: om, el: el, adm: adm, pools: pw.svc, stop: started.run}, nil
 }
 
 // startElection starts the election that runs work while this process leads. The embedded
@@ -235,6 +241,9 @@ func buildAPI(ctx context.Context, cfg *config.Config, auth api.AuthOptions, be 
 	srv := api.New(api.Options{
 		Engine:    c.eng,
 		Config:    cfg,
+		Store:     c.st,
+		Streams:   c.sc,
+		Leases:    c.lm,
 		Auth:      auth,
 		Logger:    log,
 		Leader:    c.el,
@@ -273,13 +282,13 @@ func listenAPI(cfg *config.Config, h http.Handler, serverTLS *tls.Config, log *s
 
 // startReady runs serverOptions.ready once the API listens on addr, and returns what waits for
 // what it started to drain.
-func startReady(ctx context.Context, cfg *config.Config, ready func(context.Context, *engine.Engine, selfAPI) (func(), error),
-	eng *engine.Engine, addr string, serverTLS *tls.Config) (drain func(), err error) {
+func startReady(ctx context.Context, cfg *config.Config, ready func(context.Context, *core, selfAPI) (func(), error),
+	c *core, addr string, serverTLS *tls.Config) (drain func(), err error) {
 	self, err := selfAPIOf(cfg, addr, serverTLS)
 	if err != nil {
 		return nil, err
 	}
-	return ready(ctx, eng, self)
+	return ready(ctx, c, self)
 }
 
 // serveUntilDone waits until ctx ends (a signal) or the API server fails.

@@ -16,6 +16,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/store"
@@ -29,6 +30,7 @@ type Bundle struct {
 	Store     store.Store
 	Streams   *streams.Client
 	Engine    *engine.Engine
+	Leases    *leases.Manager
 	Metrics   *metrics.Orchestrator
 	Admission *admission.Controller
 }
@@ -60,13 +62,14 @@ func New(t testing.TB) *Bundle {
 	sc := streams.New(rdb, streams.Options{Prefix: prefix})
 
 	om := metrics.NewOrchestrator(cfg, log)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Observer: om.Jobs})
+	lm := engine.NewLeaseManager(st, cfg, time.Now, log)
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Observer: om.Jobs, Leases: lm})
 	ac, err := admission.New(st, rdb, cfg, admission.Options{Prefix: prefix, Registerer: om.Registry, Logger: log})
 	require.NoError(t, err)
-	src := metrics.SourcesOf(eng, st, Leader{Leading: true, TermV: 1})
+	src := metrics.SourcesOf(eng, st, sc, lm, Leader{Leading: true, TermV: 1})
 	src.Extra = append(src.Extra, reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...))
 	require.NoError(t, om.Watch(src))
-	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Metrics: om, Admission: ac}
+	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Leases: lm, Metrics: om, Admission: ac}
 }
 
 // Populate gives every family a series: a node's GPUs (telemetry), a running pool with a
@@ -76,7 +79,7 @@ func (b *Bundle) Populate(t testing.TB) {
 	t.Helper()
 	b.Metrics.HTTP.InitRoutes([]string{"/healthz"})
 	ctx := context.Background()
-	require.NoError(t, b.Engine.Leases().RecordSnapshot(ctx, telemetry.Snapshot{
+	require.NoError(t, b.Leases.RecordSnapshot(ctx, telemetry.Snapshot{
 		NodeID: "node-a", Source: telemetry.SourceSimulated,
 		GPUs: []telemetry.GPU{{Index: 0, UUID: "GPU-a0", MemoryTotalMB: 24576, MemoryUsedMB: 2048, UtilizationPct: 10}},
 	}))
