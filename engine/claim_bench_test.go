@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
@@ -204,7 +205,7 @@ func BenchmarkCompletePayloads(b *testing.B) {
 func BenchmarkDispatchPayloads(b *testing.B) {
 	const batch = 500
 	st, eng := benchEngine(b, nil)
-	disp := engine.NewDispatcher(eng, engine.DispatcherConfig{Batch: batch})
+	disp := outbox.NewDispatcher(eng, outbox.DispatcherConfig{Batch: batch})
 	ctx := context.Background()
 	payload, _ := json.Marshal(map[string]string{"prompt": strings.Repeat("x", 64<<10)})
 	ps := make([]store.JobInsertParams, batch)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -77,10 +78,10 @@ func (e *Engine) Replay(ctx context.Context, jobID, actor string) (store.Job, er
 		return store.Job{}, fmt.Errorf("replay dead letter %s: %w", jobID, err)
 	}
 	// Committed: nothing below may fail the replay, nor be cut short by a client hanging up.
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outbox.PublishTimeout)
 	defer cancel()
 	e.deleteDLQEntry(pctx, job.ID, dlqID)
-	if _, err := e.publish(pctx, []store.Job{job}); err != nil {
+	if _, err := e.outbox.Publish(pctx, []store.Job{job}, outbox.Mark{}); err != nil {
 		e.log.Warn("publish after replay failed; the dispatcher will publish", "job_id", job.ID, "error", err)
 		return job, nil
 	}

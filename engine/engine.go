@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
@@ -39,11 +39,8 @@ type Engine struct {
 	log     *slog.Logger
 	leases  *leases.Manager
 	fence   Fence
-	group   submitGroup
-	marks   markQueue
-	// answered is read-held by every publish that follows its submitters' answers
-	// (submitMany); FlushMarks takes it to wait for them.
-	answered sync.RWMutex
+	// outbox commits submits in groups and publishes committed jobs.
+	outbox *outbox.Outbox[*submitReq]
 	// redisStartsEmpty: see Options.RedisStartsEmpty.
 	redisStartsEmpty bool
 }
@@ -91,6 +88,17 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 	if opts.Observer != nil {
 		e.store = &observedStore{Store: st, obs: opts.Observer}
 	}
+	e.outbox = outbox.New(outbox.Options{
+		Store:   e.store,
+		Streams: sc,
+		StreamOf: func(typ string) (string, bool) {
+			if jt := cfg.JobType(typ); jt != nil {
+				return jt.Stream, true
+			}
+			return "", false
+		},
+		Logger: opts.Logger,
+	}, e.commitBatch)
 	return e
 }
 

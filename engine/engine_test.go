@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
@@ -79,7 +80,7 @@ func (b *bundle) submit(t *testing.T, typ string) store.Job {
 	})
 	require.NoError(t, err)
 	require.True(t, created)
-	b.eng.FlushMarks(context.Background()) // as if markDelay had passed
+	b.eng.FlushMarks(context.Background()) // as if outbox.MarkDelay had passed
 	return job
 }
 
@@ -386,7 +387,7 @@ func TestComplete(t *testing.T) {
 	t.Run("FailureRetriesWithBackoffThenDeadLetters", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		disp := engine.NewDispatcher(b.eng, engine.DispatcherConfig{})
+		disp := outbox.NewDispatcher(b.eng, outbox.DispatcherConfig{})
 		job := b.submit(t, "noop") // max_attempts 2
 		tok := b.claim(t, "w1", job.ID).Claimed[0].LeaseToken
 		res, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
@@ -587,9 +588,9 @@ func TestDispatcherPublishesUnenqueuedJobs(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.True(t, inserted)
-	disp := engine.NewDispatcher(b.eng, engine.DispatcherConfig{Interval: 10 * time.Millisecond})
+	disp := outbox.NewDispatcher(b.eng, outbox.DispatcherConfig{Interval: 10 * time.Millisecond})
 	// A job never attempted is its submit's to publish for PublishGrace.
-	b.clock.Add(engine.PublishGrace - time.Microsecond)
+	b.clock.Add(outbox.PublishGrace - time.Microsecond)
 	n, err := disp.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "within the grace the submit publishes, not the dispatcher")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -19,7 +20,7 @@ const (
 	// recentEntriesPage is how many entries one XRANGE reads.
 	recentEntriesPage = 1000
 	// recentEntriesMax bounds the entries one recovery reads per stream: a few times
-	// PublishGrace of submits at a high rate.
+	// outbox.PublishGrace of submits at a high rate.
 	recentEntriesMax = 200_000
 )
 
@@ -78,11 +79,11 @@ func (e *Engine) RecoverRedis(ctx context.Context, fence Fence) (RecoveryResult,
 			return res, fmt.Errorf("recover redis: %w", err)
 		}
 	}
-	// The jobs their submits may still be publishing were created within PublishGrace of the
+	// The jobs their submits may still be publishing were created within outbox.PublishGrace of the
 	// walk; their entries are looked for from a grace before that, for the clocks of Redis and
 	// of this host.
 	recent := map[string]*recentEntries{}
-	since := streams.EntryIDAt(e.nowUTC().Add(-2 * PublishGrace))
+	since := streams.EntryIDAt(e.nowUTC().Add(-2 * outbox.PublishGrace))
 	for _, name := range e.cfg.TypeNames() {
 		recent[e.cfg.JobTypes[name].Stream] = &recentEntries{next: since, jobs: map[string]bool{}}
 	}
@@ -195,12 +196,12 @@ func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job,
 	if err := e.clearEnqueued(ctx, fence, store.JobPending, unmark); err != nil {
 		return err
 	}
-	n, err := e.publishFenced(ctx, due, fence)
+	n, err := e.outbox.Publish(ctx, due, outbox.Mark{Fence: fence})
 	res.Republished += n
 	if err != nil {
 		return err
 	}
-	n, err = e.publishUnmarked(ctx, live)
+	n, err = e.outbox.Publish(ctx, live, outbox.Mark{Skip: true})
 	res.Republished += n
 	return err
 }
@@ -234,9 +235,9 @@ func (e *Engine) withoutEntries(ctx context.Context, jobs []store.Job, now time.
 }
 
 // withoutSubmitted drops the jobs that their submits are still publishing and that have their
-// entry (counted in res.Present): never attempted, due, created within PublishGrace and not
+// entry (counted in res.Present): never attempted, due, created within outbox.PublishGrace and not
 // marked enqueued yet, with an entry of theirs among the recent entries of the type's stream.
-// Such a job's submit has published it and its mark is on its way (markDelay); publishing it
+// Such a job's submit has published it and its mark is on its way (outbox.MarkDelay); publishing it
 // again would only add a duplicate, which a recovery at a first start under load did by the
 // hundred. One of them with no entry is published: its entry may have gone with the lost
 // data, and its mark, landing later, would then hide it from the dispatcher.
@@ -299,7 +300,7 @@ func (r *recentEntries) update(ctx context.Context, sc *streams.Client, stream s
 func (e *Engine) submittingStream(j store.Job, now time.Time) string {
 	jt := e.cfg.JobType(j.Type)
 	if jt == nil || j.Status != store.JobPending || j.Enqueued || j.Attempts > 0 ||
-		j.AvailableAt.After(now) || !j.CreatedAt.After(now.Add(-PublishGrace)) {
+		j.AvailableAt.After(now) || !j.CreatedAt.After(now.Add(-outbox.PublishGrace)) {
 		return ""
 	}
 	return jt.Stream

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -194,7 +195,7 @@ func TestRecoverRedis(t *testing.T) {
 	})
 
 	t.Run("FirstRunWhileMarksAreOnTheirWay", func(t *testing.T) {
-		// Two jobs just submitted, whose enqueued marks have not landed yet (markDelay). The
+		// Two jobs just submitted, whose enqueued marks have not landed yet (outbox.MarkDelay). The
 		// first's entry is in the stream: it is not published again. The second's went with
 		// the lost data: it is, or its mark, landing later, would hide it from the dispatcher.
 		t.Parallel()
@@ -217,7 +218,7 @@ func TestRecoverRedis(t *testing.T) {
 
 		// Past PublishGrace a job still unmarked is the dispatcher's, and a recovery publishes
 		// it whatever the stream holds. The one republished above has its mark and entry.
-		b.clock.Add(engine.PublishGrace + time.Second)
+		b.clock.Add(outbox.PublishGrace + time.Second)
 		require.NoError(t, b.streams.SetMarker(ctx, "recovering:0123456789abcdef"))
 		rec = b.recover(t)
 		require.Equal(t, 1, rec.Republished)
@@ -228,7 +229,7 @@ func TestRecoverRedis(t *testing.T) {
 	})
 
 	t.Run("ClaimedBeforeItsMarkLanded", func(t *testing.T) {
-		// A job claimed within markDelay of its submit, as most are under load: its mark then
+		// A job claimed within outbox.MarkDelay of its submit, as most are under load: its mark then
 		// matches nothing, and the claim records the entry the worker read. A recovery finds
 		// that entry and leaves the job alone.
 		t.Parallel()

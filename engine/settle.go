@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -155,7 +156,7 @@ func (e *Engine) Settle(ctx context.Context, p SettleParams) ([]Settlement, erro
 		return nil, fmt.Errorf("settle entries: requeue %d jobs: %w", len(unmark), err)
 	}
 	if len(republish) > 0 {
-		if _, err := e.publish(ctx, republish); err != nil {
+		if _, err := e.outbox.Publish(ctx, republish, outbox.Mark{}); err != nil {
 			return nil, fmt.Errorf("settle entries: republish %d jobs: %w", len(republish), err)
 		}
 	}

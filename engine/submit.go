@@ -10,15 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/internal/strictjson"
 	"github.com/gpuorch/orchestrator/store"
-	"github.com/gpuorch/orchestrator/streams"
-	"github.com/gpuorch/orchestrator/tracing"
 )
 
 // Submit limits.
@@ -27,8 +22,6 @@ const (
 	MaxAttemptsLimit = 100
 	// MaxTimeout bounds a job's per-attempt run time.
 	MaxTimeout = 24 * time.Hour
-	// publishTimeout bounds the XADD of a submit: past it, the dispatcher publishes.
-	publishTimeout = 2 * time.Second
 	// publishInTxMin is the size from which a submit transaction publishes its jobs before it
 	// commits, with their marks in the COMMIT's packet: one round trip more, paid by many jobs,
 	// and marks that cannot fall behind a bulk fill (the mark writer is one UPDATE at a time).
@@ -44,14 +37,14 @@ var AgentPattern = ident.Pattern{Min: 1, Max: 128}
 
 // Submit validates p and inserts the job (pending) and its audit row in one transaction, then
 // publishes the job to its type's stream; its enqueued mark is written a moment later (see
-// markQueue). A transaction of publishInTxMin jobs or more publishes them before it commits
-// instead, and its COMMIT carries their marks (publishInTx). A job_id that exists already
-// returns the existing job with created=false and writes nothing when p repeats its request
-// (sameRequest), and a *MismatchError when it does not; an existing job_id of another agent
-// is a conflict. A failed publish is not an error: the job stays unpublished and
-// the dispatcher publishes it (the outbox).
+// outbox.Outbox.PublishSubmitted). A transaction of publishInTxMin jobs or more publishes
+// them before it commits instead, and its COMMIT carries their marks (PublishInTx). A job_id
+// that exists already returns the existing job with created=false and writes nothing when p
+// repeats its request (sameRequest), and a *MismatchError when it does not; an existing job_id
+// of another agent is a conflict. A failed publish is not an error: the job stays unpublished
+// and the outbox's Dispatcher publishes it.
 //
-// Concurrent submits are committed together (group commit, see submitGroup): Submit returns
+// Concurrent submits are committed together (the outbox's group commit): Submit returns
 // once the transaction holding its job has committed, never before. A transaction of fewer
 // than publishInTxMin jobs answers first and publishes after, so the returned job is not yet
 // marked enqueued and its entry may come a moment later (FlushMarks waits for it).
@@ -63,7 +56,7 @@ func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, e
 	}
 	r := newSubmitReq(ctx, p, jt)
 	r.explicitAttempts, r.explicitTimeout = attempts, timeout
-	e.group.enqueue(e, r)
+	e.outbox.Enqueue(r)
 	<-r.done
 	return r.out.Job, r.out.Created, r.out.Err
 }
@@ -95,7 +88,7 @@ func (e *Engine) SubmitMany(ctx context.Context, ps []SubmitParams) []SubmitOutc
 		reqs = append(reqs, r)
 		at = append(at, i)
 	}
-	e.group.enqueue(e, reqs...)
+	e.outbox.Enqueue(reqs...)
 	for k, r := range reqs {
 		<-r.done
 		out[at[k]] = r.out
@@ -126,7 +119,7 @@ func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 	switch {
 	case created:
 		jobs := []store.Job{job}
-		e.publishCommitted(ctx, jobs, []*submitReq{r})
+		e.outbox.PublishSubmitted(ctx, jobs, []context.Context{r.ctx})
 		return SubmitOutcome{Job: jobs[0], Created: true}
 	case job.Agent != p.Agent:
 		return SubmitOutcome{Err: fmt.Errorf("submit job %s: the id belongs to another agent: %w", p.JobID, store.ErrConflict)}
@@ -140,8 +133,8 @@ func (e *Engine) submitOne(ctx context.Context, r *submitReq) SubmitOutcome {
 // submitMany commits new jobs with one multi-row insert and their audit rows in one
 // transaction, which MariaDB receives in one round trip with its COMMIT, and then publishes
 // them; from publishInTxMin jobs on, it publishes them before the commit instead (see
-// publishInTx). When any of the ids exists already the transaction rolls back and every job
-// goes through submitOne instead, which tells new ids from taken ones.
+// outbox.Outbox.PublishInTx). When any of the ids exists already the transaction rolls back
+// and every job goes through submitOne instead, which tells new ids from taken ones.
 //
 // A transaction that fails otherwise may have failed for one job's own data (a value the
 // database refuses that the checks before let through: a payload SQLite's json_valid finds
@@ -175,7 +168,7 @@ func (e *Engine) submitHalves(ctx context.Context, reqs []*submitReq, halved boo
 			return err
 		}
 		if inTx {
-			return e.publishInTx(ctx, tx, jobs, reqs)
+			return e.outbox.PublishInTx(ctx, tx, jobs, submitters(reqs))
 		}
 		return nil
 	})
@@ -209,158 +202,34 @@ func (e *Engine) submitHalves(ctx context.Context, reqs []*submitReq, halved boo
 	// what a failed or cut-short publish leaves). An answer carries a copy of its job, whose
 	// marks the publish then sets on jobs.
 	if !inTx {
-		e.answered.RLock()
-		defer e.answered.RUnlock()
+		defer e.outbox.HoldAnswered()()
 	}
 	for i, r := range reqs {
 		r.finish(SubmitOutcome{Job: jobs[i], Created: true})
 	}
 	if !inTx {
-		e.publishCommitted(ctx, jobs, reqs)
+		e.outbox.PublishSubmitted(ctx, jobs, submitters(reqs))
 	}
 }
 
-// publishCommitted publishes jobs its submit has just committed and queues their enqueued
-// marks (markQueue). The entries come after the commit: a worker that reads one finds the job.
-// A failed publish leaves the jobs unmarked, for the dispatcher once PublishGrace has passed,
-// and does not fail the submit.
-func (e *Engine) publishCommitted(ctx context.Context, jobs []store.Job, reqs []*submitReq) {
-	e.marks.add(e, e.publishSubmitted(ctx, jobs, reqs))
+// submitters are the contexts of reqs' submitters, whose traces their entries carry.
+func submitters(reqs []*submitReq) []context.Context {
+	out := make([]context.Context, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.ctx
+	}
+	return out
 }
 
-// publishInTx publishes new jobs from inside the transaction that inserts them and marks them
-// enqueued with its COMMIT. The held INSERT goes out first (Tx.Flush): a worker that reads an
-// entry before the commit claims with a locking read, which waits for the inserting
-// transaction and then sees the job (MariaDB: the new row's lock; SQLite: the single writer).
-// An entry whose transaction then rolls back, or whose orchestrator dies before the commit,
-// names no job: the claim refuses it as not found and the worker drops it.
-func (e *Engine) publishInTx(ctx context.Context, tx store.Tx, jobs []store.Job, reqs []*submitReq) error {
-	if err := tx.Flush(ctx); err != nil {
-		return err
-	}
-	marks := e.publishSubmitted(ctx, jobs, reqs)
-	if len(marks) == 0 {
-		return nil
-	}
-	// The rows are this transaction's own: the mark goes out with the COMMIT.
-	return tx.JobMarkPublished(ctx, marks)
+// PublishDue publishes up to limit due jobs that are not enqueued, marking them behind fence:
+// the work of an outbox.Dispatcher, on the engine's clock.
+func (e *Engine) PublishDue(ctx context.Context, fence Fence, limit int) (published int, full bool, err error) {
+	return e.outbox.PublishDue(ctx, fence, e.nowUTC(), limit)
 }
 
-// publishSubmitted XADDs submitted jobs, each entry carrying its submitter's trace, sets their
-// Enqueued and StreamID, and returns their marks; none when the publish failed, which is
-// logged and left to the dispatcher. The publish has its own deadline: the submitters'
-// contexts may end at any time.
-func (e *Engine) publishSubmitted(ctx context.Context, jobs []store.Job, reqs []*submitReq) []store.JobEnqueued {
-	// One submitter: the publish span is part of its trace, and the entry carries that span.
-	// Several: the span links to each, and each entry carries its own submitter's trace.
-	base := ctx
-	var (
-		traces []string
-		links  []trace.Link
-	)
-	if len(reqs) == 1 {
-		base = reqs[0].ctx
-	} else {
-		traces = make([]string, len(reqs))
-		for i, r := range reqs {
-			traces[i] = tracing.TraceParent(r.ctx)
-			if l := trace.LinkFromContext(r.ctx); l.SpanContext.IsValid() {
-				links = append(links, l)
-			}
-		}
-	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(base), publishTimeout)
-	defer cancel()
-	marks, err := e.xadd(pctx, jobs, traces, links...)
-	if err != nil {
-		e.log.Warn("publish of submitted jobs failed; the dispatcher will publish them", "jobs", len(jobs),
-			"first_job_id", jobs[0].ID, "error", err)
-		return nil
-	}
-	byID := make(map[string]string, len(marks))
-	for _, m := range marks {
-		byID[m.ID] = m.StreamID
-	}
-	for i := range jobs {
-		if id, ok := byID[jobs[i].ID]; ok {
-			jobs[i].Enqueued, jobs[i].StreamID = true, id
-		}
-	}
-	return marks
-}
-
-// publish XADDs one entry per job and marks the jobs enqueued for their current attempt count.
-// It returns how many jobs it published.
-func (e *Engine) publish(ctx context.Context, jobs []store.Job) (int, error) {
-	return e.publishFenced(ctx, jobs, nil)
-}
-
-// publishFenced is publish whose enqueued marks are a leader-only write behind fence (nil: no
-// fencing). The XADD itself cannot be fenced; a stale leader's extra entry is a harmless
-// duplicate, but its mark must not land.
-func (e *Engine) publishFenced(ctx context.Context, jobs []store.Job, fence Fence) (int, error) {
-	return e.publishWith(ctx, jobs, fence, true)
-}
-
-// publishUnmarked XADDs entries for jobs without touching their outbox flag: for jobs that are
-// claimed or running, whose row may move on (fail, go back to pending with backoff) before a
-// mark could land, and a mark would then hide that retry from the dispatcher.
-func (e *Engine) publishUnmarked(ctx context.Context, jobs []store.Job) (int, error) {
-	return e.publishWith(ctx, jobs, nil, false)
-}
-
-// publishWith publishes jobs and, when mark is set, marks them enqueued behind fence.
-func (e *Engine) publishWith(ctx context.Context, jobs []store.Job, fence Fence, markThem bool) (int, error) {
-	marks, err := e.xadd(ctx, jobs, nil)
-	if err != nil || !markThem {
-		return len(marks), err
-	}
-	mark := func(x store.Executor) error {
-		_, err := x.JobMarkEnqueued(ctx, marks)
-		return err
-	}
-	if fence != nil {
-		err = e.fenced(ctx, fence, func(tx store.Tx) error { return mark(tx) })
-	} else {
-		err = mark(e.store)
-	}
-	if err != nil {
-		return len(marks), fmt.Errorf("mark %d jobs enqueued: %w", len(marks), err)
-	}
-	return len(marks), nil
-}
-
-// xadd XADDs one entry per job (one pipeline) and returns the enqueued marks of the published
-// jobs. Each entry carries traces[i] as its trace parent (nil traces, or an empty one: that of
-// the publish span); the span links to links.
-func (e *Engine) xadd(ctx context.Context, jobs []store.Job, traces []string, links ...trace.Link) (_ []store.JobEnqueued, err error) {
-	ctx, span := tracing.Start(ctx, "engine.publish", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.Int("jobs", len(jobs))), trace.WithLinks(links...))
-	defer func() { tracing.End(span, err) }()
-	traceParent := tracing.TraceParent(ctx) // the entries carry the trace to the workers
-	msgs := make([]streams.Message, 0, len(jobs))
-	for i, j := range jobs {
-		jt := e.cfg.JobType(j.Type)
-		if jt == nil {
-			e.log.Error("job of an unconfigured type cannot be published", "job_id", j.ID, "type", j.Type)
-			continue
-		}
-		tp := traceParent
-		if i < len(traces) && traces[i] != "" {
-			tp = traces[i]
-		}
-		msgs = append(msgs, streams.Message{Stream: jt.Stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts, TraceParent: tp})
-	}
-	ids, err := e.streams.Publish(ctx, msgs)
-	if err != nil {
-		return nil, err
-	}
-	marks := make([]store.JobEnqueued, len(msgs))
-	for i, m := range msgs {
-		marks[i] = store.JobEnqueued{ID: m.JobID, Attempts: m.Attempt, StreamID: ids[i]}
-	}
-	return marks, nil
-}
+// FlushMarks writes the queued enqueued marks of submitted jobs now (outbox.Outbox.FlushMarks):
+// at shutdown, once no submit is in flight, and in tests.
+func (e *Engine) FlushMarks(ctx context.Context) { e.outbox.FlushMarks(ctx) }
 
 // maxListedTypes bounds the configured types an unknown-type message names.
 const maxListedTypes = 20

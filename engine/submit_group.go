@@ -6,27 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/store"
 )
 
-// Group commit of submits.
-const (
-	// submitCommitters is how many submit transactions run at once. While they are all busy,
-	// new submits queue, and the next committer to come free takes the whole queue (up to
-	// submitBatchMax) into one transaction: under load the batches grow on their own, and a
-	// lone submit still commits at once.
-	submitCommitters = 2
-	// submitBatchMax bounds the jobs of one submit transaction.
-	submitBatchMax = 500
-	// submitCommitTimeout bounds one submit transaction. It does not follow the submitters'
-	// contexts: a batch holds many of them, and a job must not be half-submitted because one
-	// client hung up.
-	submitCommitTimeout = 30 * time.Second
-)
+// submitCommitTimeout bounds one submit transaction. It does not follow the submitters'
+// contexts: a batch holds many of them, and a job must not be half-submitted because one
+// client hung up.
+const submitCommitTimeout = 30 * time.Second
 
 // submitReq is one validated job waiting for its commit.
 type submitReq struct {
@@ -72,55 +61,6 @@ func (r *submitReq) submittedEvent(job store.Job, now time.Time) store.AuditEven
 		Type        string `json:"type"`
 	}{r.p.Agent, r.p.MaxAttempts, r.p.Type})
 	return store.AuditEvent{TS: now, EventType: EventSubmitted, JobID: job.ID, Actor: r.p.Actor, Details: details}
-}
-
-// submitGroup queues submits for the committers. It has no goroutine of its own: a submit that
-// finds fewer than submitCommitters at work starts one, and a committer ends when the queue is
-// empty.
-type submitGroup struct {
-	mu      sync.Mutex
-	queue   []*submitReq
-	running int
-}
-
-// enqueue queues reqs and starts a committer when one is free.
-func (g *submitGroup) enqueue(e *Engine, reqs ...*submitReq) {
-	if len(reqs) == 0 {
-		return
-	}
-	g.mu.Lock()
-	g.queue = append(g.queue, reqs...)
-	start := g.running < submitCommitters
-	if start {
-		g.running++
-	}
-	g.mu.Unlock()
-	if start {
-		go g.commit(e)
-	}
-}
-
-// take removes the next batch from the queue; nil (and one committer less) when it is empty.
-func (g *submitGroup) take() []*submitReq {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := min(len(g.queue), submitBatchMax)
-	if n == 0 {
-		g.running--
-		g.queue = nil // let the backing array go
-		return nil
-	}
-	batch := make([]*submitReq, n)
-	copy(batch, g.queue)
-	g.queue = g.queue[n:]
-	return batch
-}
-
-// commit runs batches until the queue is empty.
-func (g *submitGroup) commit(e *Engine) {
-	for batch := g.take(); batch != nil; batch = g.take() {
-		e.commitBatch(batch)
-	}
 }
 
 // commitBatch commits one batch: submitters that are gone are answered, not written; an id

@@ -23,9 +23,8 @@ const (
 )
 
 // Fence guards the writes of a leader: it runs first in every transaction of a pass and
-// refuses it (wrapping store.ErrFenced) once this instance no longer leads. engine.Fence is
-// one.
-type Fence = func(ctx context.Context, tx store.Tx) error
+// refuses it (wrapping store.ErrFenced) once this instance no longer leads.
+type Fence = store.Fence
 
 // Expirer is what the LeasePurger needs from the job engine (engine.Engine), which owns the
 // job state machine: listing the leases past their expiry, and expiring one together with

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
-	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/store"
 )
@@ -59,7 +58,7 @@ type ReconcilerConfig struct {
 	// ForgetOfflineAfter deletes offline workers' rows this long after their last heartbeat.
 	ForgetOfflineAfter time.Duration
 	// Fence guards every write with the leadership term (nil: none, for tests).
-	Fence engine.Fence
+	Fence store.Fence
 	// Stagger delays the first pass randomly by up to one Interval (off in tests).
 	Stagger bool
 	// Logger (default slog.Default()); Now is the clock (default time.Now).
@@ -173,14 +172,7 @@ func (r *Reconciler) nowUTC() time.Time { return r.cfg.Now().UTC().Truncate(time
 
 // fenced runs fn in one transaction behind the term fence.
 func (r *Reconciler) fenced(ctx context.Context, fn func(tx store.Tx) error) error {
-	return r.st.WithTx(ctx, func(tx store.Tx) error {
-		if r.cfg.Fence != nil {
-			if err := r.cfg.Fence(ctx, tx); err != nil {
-				return fmt.Errorf("check leadership: %w", err)
-			}
-		}
-		return fn(tx)
-	})
+	return store.WithFence(ctx, r.st, r.cfg.Fence, fn)
 }
 
 // runOnce is one pass over every pool.

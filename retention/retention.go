@@ -22,8 +22,8 @@ type Store interface {
 }
 
 // Fence guards the writes of a leader: it runs first in every transaction and refuses it
-// (wrapping store.ErrFenced) once this instance no longer leads. engine.Fence is one.
-type Fence = func(ctx context.Context, tx store.Tx) error
+// (wrapping store.ErrFenced) once this instance no longer leads.
+type Fence = store.Fence
 
 // Config configures a Cleaner. How long rows are kept comes from the orchestrator's
 // configuration: job_types.<type>.retention, dead_letter_retention, audit_retention (audit
@@ -162,12 +162,7 @@ func (r *Cleaner) deleteBatches(ctx context.Context, what string, del func(store
 	total := 0
 	for {
 		var n int
-		err := r.store.WithTx(ctx, func(tx store.Tx) error {
-			if r.cfg.Fence != nil {
-				if err := r.cfg.Fence(ctx, tx); err != nil {
-					return fmt.Errorf("check leadership: %w", err)
-				}
-			}
+		err := store.WithFence(ctx, r.store, r.cfg.Fence, func(tx store.Tx) error {
 			var err error
 			n, err = del(tx)
 			return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/leader"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/reclaimer"
@@ -39,8 +40,8 @@ func leaderWork(cfg *config.Config, st store.Store, eng *engine.Engine, sc *stre
 	return func(ctx context.Context, term int64) {
 		fence := termFence(term)
 		loops := []loop{
-			engine.NewDispatcher(eng, engine.DispatcherConfig{
-				Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Stagger: true, Fence: fence,
+			outbox.NewDispatcher(eng, outbox.DispatcherConfig{
+				Interval: cfg.DispatchInterval, Batch: cfg.DispatchBatch, Stagger: true, Fence: fence, Logger: log,
 			}),
 			leases.NewLeasePurger(eng, leases.LeasePurgerConfig{
 				Interval: cfg.Leases.PurgeInterval, Stagger: true, Fence: fence, Logger: log,
