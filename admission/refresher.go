@@ -43,15 +43,9 @@ func newRefresher(c *Controller, interval time.Duration) *Refresher {
 // Start starts the loop and returns at once. The first pass comes after one interval (the
 // Controller loads its caches itself before starting the loop).
 func (r *Refresher) Start(ctx context.Context) error {
-	r.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: r.interval, Jitter: refresherJitter, Logger: r.c.log,
-		}, func(ctx context.Context) error {
-			_, err := r.runOnce(ctx)
-			return err
-		})
-	})
-	return nil
+	return r.StartLoop(ctx, startstop.LoopParams{
+		Interval: r.interval, Jitter: refresherJitter, Logger: r.c.log,
+	}, startstop.Pass(r.runOnce))
 }
 
 // runOnce is one pass. Each part runs even when another failed; the errors are joined.

@@ -83,20 +83,25 @@ func claimedToWire(jobs []store.Job, leases map[string]store.Lease) []wire.Claim
 	return out
 }
 
-func refusalsToWire(rs []engine.Refusal) []wire.ClaimRefusal {
-	out := make([]wire.ClaimRefusal, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, wire.ClaimRefusal{JobID: r.JobID, Reason: r.Reason, Detail: r.Detail})
+// convertAll converts every element of xs with f.
+func convertAll[A, B any](xs []A, f func(A) B) []B {
+	out := make([]B, 0, len(xs))
+	for _, x := range xs {
+		out = append(out, f(x))
 	}
 	return out
 }
 
+func refusalsToWire(rs []engine.Refusal) []wire.ClaimRefusal {
+	return convertAll(rs, func(r engine.Refusal) wire.ClaimRefusal {
+		return wire.ClaimRefusal{JobID: r.JobID, Reason: r.Reason, Detail: r.Detail}
+	})
+}
+
 func claimItemsFromWire(items []wire.ClaimItem) []engine.ClaimItem {
-	out := make([]engine.ClaimItem, 0, len(items))
-	for _, it := range items {
-		out = append(out, engine.ClaimItem{JobID: it.JobID, Stream: it.Stream, MessageID: it.MessageID})
-	}
-	return out
+	return convertAll(items, func(it wire.ClaimItem) engine.ClaimItem {
+		return engine.ClaimItem{JobID: it.JobID, Stream: it.Stream, MessageID: it.MessageID}
+	})
 }
 
 func resultsFromWire(rs []wire.JobResult) []engine.Result {

@@ -44,19 +44,14 @@ func (s *Server) listDeadLetters(c *gin.Context) {
 		}
 		p.After = cur
 	}
-	jobs, more, err := readPage(p.Limit, listPageBytes, p.After, func(after *store.JobCursor, n int) ([]store.Job, error) {
-		q := p
-		q.After, q.Limit = after, n
-		return s.engine.ListDeadLetters(c.Request.Context(), q)
+	jobs, next, ok := s.page(c, p.Limit, p.After, func(ctx context.Context, after *store.JobCursor, n int) ([]store.Job, error) {
+		p.After, p.Limit = after, n
+		return s.engine.ListDeadLetters(ctx, p)
 	})
-	if err != nil {
-		s.writeError(c, err)
+	if !ok {
 		return
 	}
-	out := wire.DeadLetterList{DeadLetters: make([]wire.DeadLetter, 0, len(jobs))}
-	if more {
-		out.NextCursor = encodeCursor(jobs[len(jobs)-1])
-	}
+	out := wire.DeadLetterList{DeadLetters: make([]wire.DeadLetter, 0, len(jobs)), NextCursor: next}
 	for _, j := range jobs {
 		out.DeadLetters = append(out.DeadLetters, s.deadLetterToWire(j))
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -218,19 +219,14 @@ func (s *Server) listJobs(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	jobs, more, err := readPage(p.Limit, listPageBytes, p.After, func(after *store.JobCursor, n int) ([]store.Job, error) {
-		q := p
-		q.After, q.Limit = after, n
-		return s.engine.List(c.Request.Context(), q)
+	jobs, next, ok := s.page(c, p.Limit, p.After, func(ctx context.Context, after *store.JobCursor, n int) ([]store.Job, error) {
+		p.After, p.Limit = after, n
+		return s.engine.List(ctx, p)
 	})
-	if err != nil {
-		s.writeError(c, err)
+	if !ok {
 		return
 	}
-	out := wire.JobList{Jobs: make([]wire.Job, 0, len(jobs))}
-	if more {
-		out.NextCursor = encodeCursor(jobs[len(jobs)-1])
-	}
+	out := wire.JobList{Jobs: make([]wire.Job, 0, len(jobs)), NextCursor: next}
 	for _, j := range jobs {
 		out.Jobs = append(out.Jobs, jobToWire(j))
 	}

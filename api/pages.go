@@ -1,6 +1,12 @@
 package api
 
-import "github.com/gpuorch/orchestrator/store"
+import (
+	"context"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuorch/orchestrator/store"
+)
 
 // listSlice is how many jobs one read of a list page takes.
 const listSlice = 25
@@ -9,6 +15,25 @@ const listSlice = 25
 // it the page ends early, with its next_cursor. Payloads may be up to max_payload_bytes each,
 // and 500 of them would make one request hold hundreds of megabytes.
 const listPageBytes = 8 << 20
+
+// page reads a keyset page of up to limit jobs after first through list (readPage, within
+// listPageBytes) and returns the cursor of the next page ("" on the last). It answers an error
+// itself; ok is false when it did.
+func (s *Server) page(c *gin.Context, limit int, first *store.JobCursor,
+	list func(ctx context.Context, after *store.JobCursor, n int) ([]store.Job, error)) (jobs []store.Job, next string, ok bool) {
+	ctx := c.Request.Context()
+	jobs, more, err := readPage(limit, listPageBytes, first, func(after *store.JobCursor, n int) ([]store.Job, error) {
+		return list(ctx, after, n)
+	})
+	if err != nil {
+		s.writeError(c, err)
+		return nil, "", false
+	}
+	if more {
+		next = encodeCursor(jobs[len(jobs)-1])
+	}
+	return jobs, next, true
+}
 
 // readPage reads a keyset page of up to limit jobs after first through list (which returns up
 // to n jobs after a cursor, newest first), in slices of listSlice, and reports whether more

@@ -90,15 +90,9 @@ func NewLeasePurger(exp Expirer, cfg LeasePurgerConfig) *LeasePurger {
 
 // Start runs the purger until ctx ends or Stop is called. It returns at once.
 func (p *LeasePurger) Start(ctx context.Context) error {
-	p.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: p.cfg.Interval, Jitter: 0.1, Stagger: p.cfg.Stagger, Logger: p.log,
-		}, func(ctx context.Context) error {
-			_, err := p.RunOnce(ctx)
-			return err
-		})
-	})
-	return nil
+	return p.StartLoop(ctx, startstop.LoopParams{
+		Interval: p.cfg.Interval, Jitter: 0.1, Stagger: p.cfg.Stagger, Logger: p.log,
+	}, startstop.Pass(p.RunOnce))
 }
 
 // RunOnce runs one pass (the loop's body; tools and tests call it directly): it expires every

@@ -60,15 +60,9 @@ func NewDLQRelay(r DeadLetterRelayer, cfg DLQRelayConfig) *DLQRelay {
 
 // Start runs the relay until ctx ends or Stop is called. It returns at once.
 func (r *DLQRelay) Start(ctx context.Context) error {
-	r.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
-		}, func(ctx context.Context) error {
-			_, err := r.RunOnce(ctx)
-			return err
-		})
-	})
-	return nil
+	return r.StartLoop(ctx, startstop.LoopParams{
+		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
+	}, startstop.Pass(r.RunOnce))
 }
 
 // RunOnce runs one pass (the loop's body; tools and tests call it directly): it publishes

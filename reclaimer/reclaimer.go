@@ -137,18 +137,10 @@ func New(eng Engine, sc *streams.Client, cfg Config) *Reclaimer {
 
 // Start runs the reclaimer until ctx ends or Stop is called. It returns at once.
 func (r *Reclaimer) Start(ctx context.Context) error {
-	r.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
-		}, func(ctx context.Context) error {
-			_, err := r.runOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.cfg.Metrics.passErrors.WithLabelValues("reclaimer").Inc()
-			}
-			return err
-		})
-	})
-	return nil
+	return r.StartLoop(ctx, startstop.LoopParams{
+		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
+		Failed: r.cfg.Metrics.passErrors.WithLabelValues("reclaimer").Inc,
+	}, startstop.Pass(r.runOnce))
 }
 
 // runOnce recovers Redis when needed, then reclaims from every group. A failing group does not

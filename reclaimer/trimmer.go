@@ -72,18 +72,10 @@ func NewTrimmer(sc *streams.Client, cfg TrimmerConfig) *Trimmer {
 
 // Start runs the trimmer until ctx ends or Stop is called. It returns at once.
 func (t *Trimmer) Start(ctx context.Context) error {
-	t.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: t.cfg.Interval, Jitter: 0.1, Stagger: t.cfg.Stagger, Logger: t.log,
-		}, func(ctx context.Context) error {
-			_, err := t.runOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				t.cfg.Metrics.passErrors.WithLabelValues("trimmer").Inc()
-			}
-			return err
-		})
-	})
-	return nil
+	return t.StartLoop(ctx, startstop.LoopParams{
+		Interval: t.cfg.Interval, Jitter: 0.1, Stagger: t.cfg.Stagger, Logger: t.log,
+		Failed: t.cfg.Metrics.passErrors.WithLabelValues("trimmer").Inc,
+	}, startstop.Pass(t.runOnce))
 }
 
 // runOnce trims every stream once; a failing stream does not stop the others.

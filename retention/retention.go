@@ -80,18 +80,15 @@ func NewCleaner(st Store, conf *config.Config, cfg Config) *Cleaner {
 
 // Start runs the cleaner until ctx ends or Stop is called. It returns at once.
 func (r *Cleaner) Start(ctx context.Context) error {
-	r.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
-		}, func(ctx context.Context) error {
-			res, err := r.RunOnce(ctx)
-			if res.Jobs > 0 || res.Audit > 0 || res.Leases > 0 {
-				r.log.Info("deleted expired rows", "jobs", res.Jobs, "audit", res.Audit, "leases", res.Leases)
-			}
-			return err
-		})
+	return r.StartLoop(ctx, startstop.LoopParams{
+		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
+	}, func(ctx context.Context) error {
+		res, err := r.RunOnce(ctx)
+		if res.Jobs > 0 || res.Audit > 0 || res.Leases > 0 {
+			r.log.Info("deleted expired rows", "jobs", res.Jobs, "audit", res.Audit, "leases", res.Leases)
+		}
+		return err
 	})
-	return nil
 }
 
 // RunOnce runs one pass (the loop's body; tools and tests call it directly): it deletes

@@ -86,15 +86,9 @@ func NewPoller(provider Provider, cfg PollerConfig) (*Poller, error) {
 // Start polls until ctx ends or Stop is called. It returns at once; starting a running Poller
 // does nothing.
 func (p *Poller) Start(ctx context.Context) error {
-	p.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: p.cfg.Interval, Jitter: p.cfg.Jitter, Stagger: p.cfg.Stagger, Wake: p.wake, Logger: p.log,
-		}, func(ctx context.Context) error {
-			_, err := p.runOnce(ctx)
-			return err
-		})
-	})
-	return nil
+	return p.StartLoop(ctx, startstop.LoopParams{
+		Interval: p.cfg.Interval, Jitter: p.cfg.Jitter, Stagger: p.cfg.Stagger, Wake: p.wake, Logger: p.log,
+	}, startstop.Pass(p.runOnce))
 }
 
 // Wake asks for a poll soon, e.g. right after a lease was granted or released.

@@ -62,15 +62,9 @@ func NewDispatcher(r Relayer, cfg DispatcherConfig) *Dispatcher {
 
 // Start runs the dispatcher until ctx ends or Stop is called. It returns at once.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	d.Go(ctx, func(ctx context.Context) {
-		startstop.Loop(ctx, startstop.LoopParams{
-			Interval: d.cfg.Interval, Jitter: 0.1, Stagger: d.cfg.Stagger, Wake: d.wake, Logger: d.log,
-		}, func(ctx context.Context) error {
-			_, err := d.RunOnce(ctx)
-			return err
-		})
-	})
-	return nil
+	return d.StartLoop(ctx, startstop.LoopParams{
+		Interval: d.cfg.Interval, Jitter: 0.1, Stagger: d.cfg.Stagger, Wake: d.wake, Logger: d.log,
+	}, startstop.Pass(d.RunOnce))
 }
 
 // Wake asks for a pass soon (e.g. after a replay).

@@ -52,6 +52,22 @@ func (b *Base) Stop() {
 	<-done
 }
 
+// StartLoop runs Loop(ctx, p, once) in the Base's goroutine and returns nil at once; a loop
+// already running is left as it is. It is the whole of every loop type's Start.
+func (b *Base) StartLoop(ctx context.Context, p LoopParams, once func(ctx context.Context) error) error {
+	b.Go(ctx, func(ctx context.Context) { Loop(ctx, p, once) })
+	return nil
+}
+
+// Pass is runOnce as Loop's once: the pass's result is for tests and tools, the loop keeps the
+// error only.
+func Pass[R any](runOnce func(ctx context.Context) (R, error)) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := runOnce(ctx)
+		return err
+	}
+}
+
 // Loop calls once every interval ± jitter (a fraction, e.g. 0.1) until ctx ends, after a random
 // initial stagger of up to one interval when stagger is set. Errors other than context
 // cancellation are logged and the loop goes on. wake, when not nil, triggers an early pass.
@@ -71,6 +87,9 @@ func Loop(ctx context.Context, p LoopParams, once func(ctx context.Context) erro
 		}
 		if err := once(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			p.Logger.Error("pass failed", "error", err)
+			if p.Failed != nil {
+				p.Failed()
+			}
 		}
 		t.Reset(Jitter(p.Interval, p.Jitter))
 	}
@@ -83,6 +102,9 @@ type LoopParams struct {
 	Stagger  bool
 	Wake     <-chan struct{}
 	Logger   *slog.Logger
+	// Failed, when set, is called after a pass that failed (and was logged): a loop's metric
+	// of failed passes.
+	Failed func()
 }
 
 // Jitter returns d randomly lengthened or shortened by up to frac of itself.
