@@ -85,8 +85,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store = (*Store)(nil)
-	_ store.Tx    = (*tx)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Tx          = (*tx)(nil)
+	_ store.StatsReader = (*Store)(nil)
 )
 
 // Open connects to the database of dsn (go-sql-driver form) and checks that it answers. It
@@ -145,7 +146,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if choice.why != "" {
 		level += " (" + choice.why + ")"
 	}
-	return &Store{executor: executor{q: autocommit{db: sqlDB, retries: opts.TxRetries}}, db: sqlDB, opts: opts,
+	return &Store{executor: on(autocommit{db: sqlDB, retries: opts.TxRetries}), db: sqlDB, opts: opts,
 		isolation: level}, nil
 }
 
@@ -231,12 +232,12 @@ func backoff(ctx context.Context, retry int, err error) error {
 	}
 }
 
-// autocommit is the Store's querier outside a transaction: every statement commits on its
-// own, and one that a deadlock or a lock wait timeout rolled back runs again, up to
-// Options.TxRetries times, as WithTx reruns a transaction. Rerunning is safe because the
-// server undid the whole statement; a text of several statements (none is sent this way) is
-// not rerun, as the ones before the failure have committed. A read through QueryRowContext is
-// not rerun either: its error only comes out of Scan.
+// autocommit is the Store's connection (sqlgen.Conn) outside a transaction: every statement
+// commits on its own, and one that a deadlock or a lock wait timeout rolled back runs again, up
+// to Options.TxRetries times, as WithTx reruns a transaction. Rerunning is safe because the
+// server undid the whole statement; a text of several statements (none is sent this way) is not
+// rerun, as the ones before the failure have committed. A read through QueryRowContext is not
+// rerun either: its error only comes out of Scan.
 type autocommit struct {
 	db      *sql.DB
 	retries int
@@ -282,7 +283,7 @@ func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 			t.release(t.rollback())
 		}
 	}()
-	if err := fn(&tx{executor{q: t}}); err != nil {
+	if err := fn(&tx{on(t)}); err != nil {
 		return t.annotate(cmp.Or(t.err, err))
 	}
 	if err := t.commit(ctx); err != nil {

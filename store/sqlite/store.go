@@ -51,6 +51,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 // DBFileName is the embedded mode's database file in its data directory.
@@ -104,8 +105,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store = (*Store)(nil)
-	_ store.Tx    = (*tx)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Tx          = (*tx)(nil)
+	_ store.StatsReader = (*Store)(nil)
 )
 
 // Open opens the database file at path (created when missing; its schema comes from
@@ -144,7 +146,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	reader.SetMaxOpenConns(opts.MaxReadConns)
 	reader.SetMaxIdleConns(opts.MaxReadConns)
-	s := &Store{executor: executor{r: classified{reader}, w: classified{writer}}, writer: writer, reader: reader, opts: opts}
+	s := &Store{executor: on(classified{reader}, classified{writer}), writer: writer, reader: reader, opts: opts}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close() // the ping error is the one to report
 		return nil, fmt.Errorf("open sqlite store: %w", err)
@@ -216,7 +218,7 @@ func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 			_ = sqlTx.Rollback()
 		}
 	}()
-	err = fn(&tx{executor{r: classified{sqlTx}, w: classified{sqlTx}}})
+	err = fn(&tx{on(classified{sqlTx}, classified{sqlTx})})
 	finished = true
 	if err != nil {
 		_ = sqlTx.Rollback()
@@ -316,9 +318,9 @@ func unavailable(err error) error {
 	return err
 }
 
-// classified is a querier whose statement errors are marked by unavailable. A QueryRowContext
-// error only comes out of Scan, which mapErr marks.
-type classified struct{ q querier }
+// classified is a connection (sqlgen.Conn) whose statement errors are marked by unavailable. A
+// QueryRowContext error only comes out of Scan, which mapErr marks.
+type classified struct{ q sqlgen.Conn }
 
 func (c classified) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	res, err := c.q.ExecContext(ctx, query, args...)
