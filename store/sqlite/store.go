@@ -40,7 +40,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"runtime"
 	"slices"
@@ -52,6 +51,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
+	"github.com/gpuorch/orchestrator/store/internal/txretry"
 )
 
 // DBFileName is the embedded mode's database file in its data directory.
@@ -63,10 +63,6 @@ const (
 	TxRetriesDefault   = 3
 	SynchronousDefault = "FULL"
 )
-
-// txBackoffBase is the first retry delay of a transaction that found the database busy; it
-// doubles per retry and is jittered.
-const txBackoffBase = 5 * time.Millisecond
 
 // Options tunes the connections. Zero values take the defaults.
 type Options struct {
@@ -190,21 +186,7 @@ func (t *tx) LockJobsAndLeases(ctx context.Context, p store.LockParams) ([]store
 // backoff, so fn must not have side effects outside the transaction. A panic in fn rolls back
 // and propagates.
 func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
-	for retry := 0; ; retry++ {
-		err := s.runTx(ctx, fn)
-		if err == nil || !retryable(err) || retry >= s.opts.TxRetries {
-			return unavailable(err)
-		}
-		d := txBackoffBase << retry
-		d += rand.N(d) // jitter: [d, 2d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return unavailable(errors.Join(err, ctx.Err()))
-		case <-t.C:
-		}
-	}
+	return unavailable(txretry.Run(ctx, s.opts.TxRetries, retryable, func() error { return s.runTx(ctx, fn) }))
 }
 
 func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
@@ -264,20 +246,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (uint, bool, error) {
 	if exists == 0 {
 		return 0, false, nil
 	}
-	var (
-		version int64
-		dirty   bool
-	)
-	err = s.reader.QueryRowContext(ctx, "SELECT version, dirty FROM schema_migrations LIMIT 1").Scan(&version, &dirty)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
-	case err != nil:
-		return 0, false, fmt.Errorf("read schema version: %w", err)
-	case version < 0: // golang-migrate's NilVersion (-1) after a failed first down
-		return 0, dirty, nil
-	}
-	return uint(version), dirty, nil
+	return sqlgen.SchemaVersion(ctx, s.reader, func(error) bool { return false })
 }
 
 // Close releases the connections. The writer goes last, so that SQLite checkpoints the WAL
@@ -291,20 +260,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// mapErr translates driver errors into the store's sentinels, keeping the original in the
-// chain for logs.
+// mapErr translates driver errors into the store's sentinels (sqlgen.MapErr): a violated
+// PRIMARY KEY or UNIQUE constraint is the taken key of store.ErrConflict.
 func mapErr(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() {
-		case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE:
-			return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	return sqlgen.MapErr(err, func(err error) bool {
+		var se *sqlite.Error
+		if !errors.As(err, &se) {
+			return false
 		}
-	}
-	return unavailable(err)
+		code := se.Code()
+		return code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || code == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+	}, unavailable)
 }
 
 // unavailable marks err store.ErrUnavailable when it is SQLITE_BUSY or SQLITE_LOCKED (any
