@@ -76,8 +76,8 @@ func (o Options) withDefaults() Options {
 // Store is the MariaDB store.Store. It is safe for concurrent use.
 type Store struct {
 	executor
-	db        *sql.DB
-	opts      Options
+	db *sql.DB
+	txretry.Transactions
 	isolation string // Isolation
 }
 
@@ -143,8 +143,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if choice.why != "" {
 		level += " (" + choice.why + ")"
 	}
-	return &Store{executor: on(autocommit{db: sqlDB, retries: opts.TxRetries}), db: sqlDB, opts: opts,
-		isolation: level}, nil
+	retry := txretry.Policy{Retries: opts.TxRetries, Retryable: retryable}
+	s := &Store{executor: on(autocommit{db: sqlDB, retry: retry}), db: sqlDB, isolation: level}
+	s.Transactions = txretry.NewTransactions(retry, s.runTx, unavailable)
+	return s, nil
 }
 
 // connect opens the pool of cfg and checks that the server answers.
@@ -196,15 +198,6 @@ func (t *tx) Flush(ctx context.Context) error {
 	return nil
 }
 
-// WithTx runs fn in one transaction (READ COMMITTED: see isolation.go), committing when fn
-// returns nil and rolling back otherwise. A deadlock or lock wait timeout, whether from fn's
-// statements or from the commit, reruns fn from the start up to Options.TxRetries times with a
-// short jittered backoff, so fn must not have side effects outside the transaction. A panic in
-// fn rolls back and propagates.
-func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
-	return unavailable(txretry.Run(ctx, s.opts.TxRetries, retryable, func() error { return s.runTx(ctx, fn) }))
-}
-
 // autocommit is the Store's connection (sqlgen.Conn) outside a transaction: every statement
 // commits on its own, and one that a deadlock or a lock wait timeout rolled back runs again, up
 // to Options.TxRetries times, as WithTx reruns a transaction. Rerunning is safe because the
@@ -212,8 +205,8 @@ func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
 // rerun, as the ones before the failure have committed. A read through QueryRowContext is not
 // rerun either: its error only comes out of Scan.
 type autocommit struct {
-	db      *sql.DB
-	retries int
+	db    *sql.DB
+	retry txretry.Policy
 }
 
 func (a autocommit) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -229,15 +222,21 @@ func (a autocommit) QueryContext(ctx context.Context, query string, args ...any)
 // rerun runs do, and again after a deadlock or a lock wait timeout, unless query holds
 // several statements (see autocommit).
 func rerun[T any](ctx context.Context, a autocommit, query string, do func() (T, error)) (T, error) {
-	return txretry.Do(ctx, a.retries, func(err error) bool {
-		return retryable(err) && !strings.Contains(query, ";")
-	}, do)
+	p := a.retry
+	if strings.Contains(query, ";") {
+		p.Retries = 0
+	}
+	return txretry.Do(ctx, p, do)
 }
 
 func (a autocommit) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	return a.db.QueryRowContext(ctx, query, args...)
 }
 
+// runTx runs fn in one transaction (READ COMMITTED: see isolation.go), committing when fn
+// returns nil and rolling back otherwise, for WithTx (txretry.Transactions), which reruns it
+// after a deadlock or a lock wait timeout, whether from fn's statements or from the commit, up
+// to Options.TxRetries times.
 func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {

@@ -97,7 +97,7 @@ type Store struct {
 	executor
 	writer *sql.DB // one connection: every write and every transaction
 	reader *sql.DB // read-only connections for reads outside transactions
-	opts   Options
+	txretry.Transactions
 }
 
 var (
@@ -142,7 +142,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	reader.SetMaxOpenConns(opts.MaxReadConns)
 	reader.SetMaxIdleConns(opts.MaxReadConns)
-	s := &Store{executor: on(classified{reader}, classified{writer}), writer: writer, reader: reader, opts: opts}
+	s := &Store{executor: on(classified{reader}, classified{writer}), writer: writer, reader: reader}
+	s.Transactions = txretry.NewTransactions(txretry.Policy{Retries: opts.TxRetries, Retryable: retryable},
+		s.runTx, unavailable)
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close() // the ping error is the one to report
 		return nil, fmt.Errorf("open sqlite store: %w", err)
@@ -180,15 +182,10 @@ func (t *tx) LockJobsAndLeases(ctx context.Context, p store.LockParams) ([]store
 	return jobs, leases, err
 }
 
-// WithTx runs fn in one BEGIN IMMEDIATE transaction (see the package doc), committing when fn
-// returns nil and rolling back otherwise. SQLITE_BUSY, whether from fn's statements or the
-// commit, reruns fn from the start up to Options.TxRetries times with a short jittered
-// backoff, so fn must not have side effects outside the transaction. A panic in fn rolls back
-// and propagates.
-func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
-	return unavailable(txretry.Run(ctx, s.opts.TxRetries, retryable, func() error { return s.runTx(ctx, fn) }))
-}
-
+// runTx runs fn in one BEGIN IMMEDIATE transaction (see the package doc), committing when fn
+// returns nil and rolling back otherwise, for WithTx (txretry.Transactions), which reruns it
+// after SQLITE_BUSY, whether from fn's statements or from the commit, up to
+// Options.TxRetries times.
 func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 	sqlTx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuorch/orchestrator/store"
 )
 
 var errBusy = errors.New("busy")
@@ -15,7 +17,7 @@ func isBusy(err error) bool { return errors.Is(err, errBusy) }
 func TestDoRerunsRetryableErrorsOnly(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	v, err := Do(t.Context(), 3, isBusy, func() (int, error) {
+	v, err := Do(t.Context(), Policy{3, isBusy}, func() (int, error) {
 		if calls++; calls < 3 {
 			return 0, errBusy
 		}
@@ -26,12 +28,12 @@ func TestDoRerunsRetryableErrorsOnly(t *testing.T) {
 
 	calls = 0
 	other := errors.New("other")
-	err = Run(t.Context(), 3, isBusy, func() error { calls++; return other })
+	err = Policy{3, isBusy}.Run(t.Context(), func() error { calls++; return other })
 	require.ErrorIs(t, err, other)
 	require.Equal(t, 1, calls, "an error that is not retryable is not rerun")
 
 	calls = 0
-	err = Run(t.Context(), 2, isBusy, func() error { calls++; return errBusy })
+	err = Policy{2, isBusy}.Run(t.Context(), func() error { calls++; return errBusy })
 	require.ErrorIs(t, err, errBusy)
 	require.Equal(t, 3, calls, "the first run and two reruns")
 }
@@ -40,7 +42,19 @@ func TestBackoffEndsWithTheContext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	err := Run(ctx, 3, isBusy, func() error { return errBusy })
+	err := Policy{3, isBusy}.Run(ctx, func() error { return errBusy })
 	require.ErrorIs(t, err, errBusy)
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestTransactionsRerunAndMarkTheError(t *testing.T) {
+	t.Parallel()
+	runs := 0
+	tx := func(context.Context, func(store.Tx) error) error { runs++; return errBusy }
+	errMarked := errors.New("marked")
+	final := func(err error) error { return errors.Join(errMarked, err) }
+	err := NewTransactions(Policy{1, isBusy}, tx, final).WithTx(t.Context(), nil)
+	require.ErrorIs(t, err, errMarked)
+	require.ErrorIs(t, err, errBusy)
+	require.Equal(t, 2, runs)
 }
