@@ -15,7 +15,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
@@ -24,6 +23,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
+	"github.com/gpuorch/orchestrator/store/internal/txretry"
 )
 
 // Defaults of Options.
@@ -45,10 +46,6 @@ const (
 // too many connections (1040), server shutting down (1053), lock wait timeout (1205) and
 // deadlock (1213) once the reruns are spent, query interrupted (1317).
 var unavailableNumbers = map[uint16]bool{1040: true, 1053: true, errLockWaitTimeout: true, errDeadlock: true, 1317: true}
-
-// txBackoffBase is the first retry delay of a deadlocked transaction; it doubles per retry and
-// is jittered so that the two parties of a deadlock do not collide again.
-const txBackoffBase = 5 * time.Millisecond
 
 // Options tunes the connection pool and the transaction retries. Zero values take the defaults.
 type Options struct {
@@ -79,14 +76,15 @@ func (o Options) withDefaults() Options {
 // Store is the MariaDB store.Store. It is safe for concurrent use.
 type Store struct {
 	executor
-	db        *sql.DB
-	opts      Options
+	db *sql.DB
+	txretry.Transactions
 	isolation string // Isolation
 }
 
 var (
-	_ store.Store = (*Store)(nil)
-	_ store.Tx    = (*tx)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Tx          = (*tx)(nil)
+	_ store.StatsReader = (*Store)(nil)
 )
 
 // Open connects to the database of dsn (go-sql-driver form) and checks that it answers. It
@@ -145,8 +143,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if choice.why != "" {
 		level += " (" + choice.why + ")"
 	}
-	return &Store{executor: executor{q: autocommit{db: sqlDB, retries: opts.TxRetries}}, db: sqlDB, opts: opts,
-		isolation: level}, nil
+	retry := txretry.Policy{Retries: opts.TxRetries, Retryable: retryable}
+	s := &Store{executor: on(autocommit{db: sqlDB, retry: retry}), db: sqlDB, isolation: level}
+	s.Transactions = txretry.NewTransactions(retry, s.runTx, unavailable)
+	return s, nil
 }
 
 // connect opens the pool of cfg and checks that the server answers.
@@ -198,48 +198,15 @@ func (t *tx) Flush(ctx context.Context) error {
 	return nil
 }
 
-// WithTx runs fn in one transaction (READ COMMITTED: see isolation.go), committing when fn
-// returns nil and rolling back otherwise. A deadlock or lock wait timeout, whether from fn's
-// statements or from the commit, reruns fn from the start up to Options.TxRetries times with a
-// short jittered backoff, so fn must not have side effects outside the transaction. A panic in
-// fn rolls back and propagates.
-func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
-	for retry := 0; ; retry++ {
-		err := s.runTx(ctx, fn)
-		if err == nil || !retryable(err) || retry >= s.opts.TxRetries {
-			return unavailable(err)
-		}
-		if err := backoff(ctx, retry, err); err != nil {
-			return unavailable(err)
-		}
-	}
-}
-
-// backoff waits before rerun retry+1 of what err (a deadlock or a lock wait timeout) rolled
-// back: txBackoffBase doubled per retry, jittered so that the two parties of a deadlock do
-// not collide again. It returns err joined with the context's error when ctx ends first.
-func backoff(ctx context.Context, retry int, err error) error {
-	d := txBackoffBase << retry
-	d += rand.N(d) // jitter: [d, 2d)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return errors.Join(err, ctx.Err())
-	case <-t.C:
-		return nil
-	}
-}
-
-// autocommit is the Store's querier outside a transaction: every statement commits on its
-// own, and one that a deadlock or a lock wait timeout rolled back runs again, up to
-// Options.TxRetries times, as WithTx reruns a transaction. Rerunning is safe because the
-// server undid the whole statement; a text of several statements (none is sent this way) is
-// not rerun, as the ones before the failure have committed. A read through QueryRowContext is
-// not rerun either: its error only comes out of Scan.
+// autocommit is the Store's connection (sqlgen.Conn) outside a transaction: every statement
+// commits on its own, and one that a deadlock or a lock wait timeout rolled back runs again, up
+// to Options.TxRetries times, as WithTx reruns a transaction. Rerunning is safe because the
+// server undid the whole statement; a text of several statements (none is sent this way) is not
+// rerun, as the ones before the failure have committed. A read through QueryRowContext is not
+// rerun either: its error only comes out of Scan.
 type autocommit struct {
-	db      *sql.DB
-	retries int
+	db    *sql.DB
+	retry txretry.Policy
 }
 
 func (a autocommit) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -252,24 +219,24 @@ func (a autocommit) QueryContext(ctx context.Context, query string, args ...any)
 	return rows, unavailable(err)
 }
 
-// rerun runs do, and again after a deadlock or a lock wait timeout (see autocommit).
+// rerun runs do, and again after a deadlock or a lock wait timeout, unless query holds
+// several statements (see autocommit).
 func rerun[T any](ctx context.Context, a autocommit, query string, do func() (T, error)) (T, error) {
-	for retry := 0; ; retry++ {
-		v, err := do()
-		if err == nil || !retryable(err) || retry >= a.retries || strings.Contains(query, ";") {
-			return v, err
-		}
-		if err := backoff(ctx, retry, err); err != nil {
-			var zero T
-			return zero, err
-		}
+	p := a.retry
+	if strings.Contains(query, ";") {
+		p.Retries = 0
 	}
+	return txretry.Do(ctx, p, do)
 }
 
 func (a autocommit) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	return a.db.QueryRowContext(ctx, query, args...)
 }
 
+// runTx runs fn in one transaction (READ COMMITTED: see isolation.go), committing when fn
+// returns nil and rolling back otherwise, for WithTx (txretry.Transactions), which reruns it
+// after a deadlock or a lock wait timeout, whether from fn's statements or from the commit, up
+// to Options.TxRetries times.
 func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -282,7 +249,7 @@ func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 			t.release(t.rollback())
 		}
 	}()
-	if err := fn(&tx{executor{q: t}}); err != nil {
+	if err := fn(&tx{on(t)}); err != nil {
 		return t.annotate(cmp.Or(t.err, err))
 	}
 	if err := t.commit(ctx); err != nil {
@@ -312,21 +279,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // SchemaVersion returns the version golang-migrate recorded (0, false when no migration ever
 // ran, including when its table does not exist).
 func (s *Store) SchemaVersion(ctx context.Context) (uint, bool, error) {
-	var (
-		version int64
-		dirty   bool
-	)
-	err := s.db.QueryRowContext(ctx, "SELECT version, dirty FROM schema_migrations LIMIT 1").Scan(&version, &dirty)
-	var me *mysql.MySQLError
-	switch {
-	case errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && me.Number == errNoSuchTable:
-		return 0, false, nil
-	case err != nil:
-		return 0, false, fmt.Errorf("read schema version: %w", err)
-	case version < 0: // golang-migrate's NilVersion (-1) after a failed first down
-		return 0, dirty, nil
-	}
-	return uint(version), dirty, nil
+	return sqlgen.SchemaVersion(ctx, s.db, func(err error) bool {
+		var me *mysql.MySQLError
+		return errors.As(err, &me) && me.Number == errNoSuchTable
+	})
 }
 
 // Close releases the connections.
@@ -337,17 +293,13 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// mapErr translates driver errors into the store's sentinels, keeping the original in the
-// chain for logs.
+// mapErr translates driver errors into the store's sentinels (sqlgen.MapErr): a duplicate key
+// (1062) is the taken key of store.ErrConflict.
 func mapErr(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == errDuplicateKey {
-		return fmt.Errorf("%w: %w", store.ErrConflict, err)
-	}
-	return unavailable(err)
+	return sqlgen.MapErr(err, func(err error) bool {
+		var me *mysql.MySQLError
+		return errors.As(err, &me) && me.Number == errDuplicateKey
+	}, unavailable)
 }
 
 // unavailable marks err store.ErrUnavailable when it says the server cannot serve now (see

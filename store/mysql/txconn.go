@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
 )
 
 // Round trips, not rows, are what a short transaction costs here: on a two-core machine a
@@ -72,8 +73,8 @@ type packet struct {
 	checks []rowsCheck // the deferred writes in it
 }
 
-// txConn is the querier of one transaction: statements run on conn, START TRANSACTION and
-// the held writes folded into the next statement sent.
+// txConn is the connection (sqlgen.Conn) of one transaction: statements run on conn, START
+// TRANSACTION and the held writes folded into the next statement sent.
 type txConn struct {
 	conn  *sql.Conn
 	begun bool // START TRANSACTION was sent
@@ -88,10 +89,14 @@ type txConn struct {
 	sentWith []string
 }
 
-var _ querier = (*txConn)(nil)
+var (
+	_ sqlgen.Conn     = (*txConn)(nil)
+	_ sqlgen.Holder   = (*txConn)(nil)
+	_ sqlgen.Deferrer = (*txConn)(nil)
+)
 
-// hold queues a blind write for the next round trip.
-func (t *txConn) hold(what, query string, args []any) {
+// Hold queues a blind write for the next round trip (sqlgen.Holder).
+func (t *txConn) Hold(what, query string, args []any) {
 	t.held = append(t.held, heldStmt{query: query, args: args, what: what})
 }
 
@@ -368,17 +373,6 @@ func foldErr(err error, whats []string) error {
 		return err
 	}
 	return &foldedError{err: err, whats: whats}
-}
-
-// execBlind runs a write whose result nobody reads. In a transaction it is held and sent with
-// the next statement; its error, if any, is that statement's.
-func (e executor) execBlind(ctx context.Context, what, query string, args []any) error {
-	if t, ok := e.q.(*txConn); ok {
-		t.hold(what, query, args)
-		return nil
-	}
-	_, err := e.q.ExecContext(ctx, query, args...)
-	return err
 }
 
 // stmtBytes estimates the size of query once its arguments are interpolated.

@@ -40,7 +40,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"runtime"
 	"slices"
@@ -51,6 +50,8 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/store/internal/sqlgen"
+	"github.com/gpuorch/orchestrator/store/internal/txretry"
 )
 
 // DBFileName is the embedded mode's database file in its data directory.
@@ -62,10 +63,6 @@ const (
 	TxRetriesDefault   = 3
 	SynchronousDefault = "FULL"
 )
-
-// txBackoffBase is the first retry delay of a transaction that found the database busy; it
-// doubles per retry and is jittered.
-const txBackoffBase = 5 * time.Millisecond
 
 // Options tunes the connections. Zero values take the defaults.
 type Options struct {
@@ -100,12 +97,13 @@ type Store struct {
 	executor
 	writer *sql.DB // one connection: every write and every transaction
 	reader *sql.DB // read-only connections for reads outside transactions
-	opts   Options
+	txretry.Transactions
 }
 
 var (
-	_ store.Store = (*Store)(nil)
-	_ store.Tx    = (*tx)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Tx          = (*tx)(nil)
+	_ store.StatsReader = (*Store)(nil)
 )
 
 // Open opens the database file at path (created when missing; its schema comes from
@@ -144,7 +142,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	reader.SetMaxOpenConns(opts.MaxReadConns)
 	reader.SetMaxIdleConns(opts.MaxReadConns)
-	s := &Store{executor: executor{r: classified{reader}, w: classified{writer}}, writer: writer, reader: reader, opts: opts}
+	s := &Store{executor: on(classified{reader}, classified{writer}), writer: writer, reader: reader}
+	s.Transactions = txretry.NewTransactions(txretry.Policy{Retries: opts.TxRetries, Retryable: retryable},
+		s.runTx, unavailable)
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close() // the ping error is the one to report
 		return nil, fmt.Errorf("open sqlite store: %w", err)
@@ -182,29 +182,10 @@ func (t *tx) LockJobsAndLeases(ctx context.Context, p store.LockParams) ([]store
 	return jobs, leases, err
 }
 
-// WithTx runs fn in one BEGIN IMMEDIATE transaction (see the package doc), committing when fn
-// returns nil and rolling back otherwise. SQLITE_BUSY, whether from fn's statements or the
-// commit, reruns fn from the start up to Options.TxRetries times with a short jittered
-// backoff, so fn must not have side effects outside the transaction. A panic in fn rolls back
-// and propagates.
-func (s *Store) WithTx(ctx context.Context, fn func(store.Tx) error) error {
-	for retry := 0; ; retry++ {
-		err := s.runTx(ctx, fn)
-		if err == nil || !retryable(err) || retry >= s.opts.TxRetries {
-			return unavailable(err)
-		}
-		d := txBackoffBase << retry
-		d += rand.N(d) // jitter: [d, 2d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return unavailable(errors.Join(err, ctx.Err()))
-		case <-t.C:
-		}
-	}
-}
-
+// runTx runs fn in one BEGIN IMMEDIATE transaction (see the package doc), committing when fn
+// returns nil and rolling back otherwise, for WithTx (txretry.Transactions), which reruns it
+// after SQLITE_BUSY, whether from fn's statements or from the commit, up to
+// Options.TxRetries times.
 func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 	sqlTx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
@@ -216,7 +197,7 @@ func (s *Store) runTx(ctx context.Context, fn func(store.Tx) error) error {
 			_ = sqlTx.Rollback()
 		}
 	}()
-	err = fn(&tx{executor{r: classified{sqlTx}, w: classified{sqlTx}}})
+	err = fn(&tx{on(classified{sqlTx}, classified{sqlTx})})
 	finished = true
 	if err != nil {
 		_ = sqlTx.Rollback()
@@ -262,20 +243,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (uint, bool, error) {
 	if exists == 0 {
 		return 0, false, nil
 	}
-	var (
-		version int64
-		dirty   bool
-	)
-	err = s.reader.QueryRowContext(ctx, "SELECT version, dirty FROM schema_migrations LIMIT 1").Scan(&version, &dirty)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
-	case err != nil:
-		return 0, false, fmt.Errorf("read schema version: %w", err)
-	case version < 0: // golang-migrate's NilVersion (-1) after a failed first down
-		return 0, dirty, nil
-	}
-	return uint(version), dirty, nil
+	return sqlgen.SchemaVersion(ctx, s.reader, func(error) bool { return false })
 }
 
 // Close releases the connections. The writer goes last, so that SQLite checkpoints the WAL
@@ -289,20 +257,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// mapErr translates driver errors into the store's sentinels, keeping the original in the
-// chain for logs.
+// mapErr translates driver errors into the store's sentinels (sqlgen.MapErr): a violated
+// PRIMARY KEY or UNIQUE constraint is the taken key of store.ErrConflict.
 func mapErr(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() {
-		case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE:
-			return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	return sqlgen.MapErr(err, func(err error) bool {
+		var se *sqlite.Error
+		if !errors.As(err, &se) {
+			return false
 		}
-	}
-	return unavailable(err)
+		code := se.Code()
+		return code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || code == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+	}, unavailable)
 }
 
 // unavailable marks err store.ErrUnavailable when it is SQLITE_BUSY or SQLITE_LOCKED (any
@@ -316,9 +281,9 @@ func unavailable(err error) error {
 	return err
 }
 
-// classified is a querier whose statement errors are marked by unavailable. A QueryRowContext
-// error only comes out of Scan, which mapErr marks.
-type classified struct{ q querier }
+// classified is a connection (sqlgen.Conn) whose statement errors are marked by unavailable. A
+// QueryRowContext error only comes out of Scan, which mapErr marks.
+type classified struct{ q sqlgen.Conn }
 
 func (c classified) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	res, err := c.q.ExecContext(ctx, query, args...)

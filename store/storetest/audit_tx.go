@@ -225,14 +225,18 @@ func testTxDeferChecks(t *testing.T, b *bundle) {
 		require.NoError(t, err)
 		tx.DeferChecks()
 	}
+	// both moves a and c in one batch.
+	both := func(tx store.Tx, fromA, fromC, to store.JobStatus) error {
+		return tx.JobUpdateMany(ctx, []store.JobUpdate{
+			{ID: a.ID, From: fromA, To: to, Now: at},
+			{ID: c.ID, From: fromC, To: to, Now: at},
+		})
+	}
 
 	t.Run("Match", func(t *testing.T) {
 		require.NoError(t, b.s.WithTx(ctx, func(tx store.Tx) error {
 			locked(tx, a.ID, c.ID)
-			if err := tx.JobUpdateMany(ctx, []store.JobUpdate{
-				{ID: a.ID, From: store.JobPending, To: store.JobClaimed, Now: at},
-				{ID: c.ID, From: store.JobPending, To: store.JobClaimed, Now: at},
-			}); err != nil {
+			if err := both(tx, store.JobPending, store.JobPending, store.JobClaimed); err != nil {
 				return err
 			}
 			// The same values again: matched, not changed, which counts.
@@ -264,10 +268,7 @@ func testTxDeferChecks(t *testing.T, b *bundle) {
 					return err
 				}
 				// a is claimed, not pending: this batch cannot match all its rows.
-				if err := tx.JobUpdateMany(ctx, []store.JobUpdate{
-					{ID: a.ID, From: store.JobPending, To: store.JobRunning, Now: at},
-					{ID: c.ID, From: store.JobClaimed, To: store.JobRunning, Now: at},
-				}); err != nil {
+				if err := both(tx, store.JobPending, store.JobClaimed, store.JobRunning); err != nil {
 					return err
 				}
 				switch then {

@@ -1,6 +1,11 @@
-// Package sqlgen builds the compare-and-set UPDATE statements that the MariaDB and SQLite
-// drivers share: both take "?" placeholders and understand CASE and IN, so only the encoding of
-// a few values differs, and the driver passes that in.
+// Package sqlgen is the code that the MariaDB and SQLite drivers of store.Store share: the
+// statements both dialects understand ("?" placeholders, CASE, IN, the same schema), the
+// reading of rows into the store's models, and the Executor that runs them. Both drivers used
+// to carry a copy of each; what differs between them (the encoding of times, a few clauses,
+// the mapping of errors) each driver passes in as a Driver, and the statements that are its
+// own stay in it.
+//
+// This file builds the compare-and-set UPDATE statements.
 package sqlgen
 
 import (
@@ -22,6 +27,8 @@ const LastErrorMax = 65535
 type Encoding struct {
 	// Time encodes a DATETIME(6) value.
 	Time func(time.Time) any
+	// ScanTime decodes a time column as the driver's rows deliver it; ok is false for NULL.
+	ScanTime func(src any) (t time.Time, ok bool, err error)
 	// ByKey is the index hint, after the table name, that makes an UPDATE find its rows by
 	// primary key (MariaDB: FORCE INDEX (PRIMARY)). On a small table the optimizer may scan an
 	// index on status instead, and an UPDATE locks every row it examines: rows of concurrent
@@ -43,6 +50,14 @@ func (enc Encoding) nullTime(t time.Time) any {
 		return nil
 	}
 	return enc.Time(t)
+}
+
+// nullTimePtr encodes nil and the zero time as NULL.
+func (enc Encoding) nullTimePtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return enc.nullTime(*t)
 }
 
 // Assign is one "column = value" of an UPDATE's SET, or one "column = value" guard of its WHERE.
@@ -263,7 +278,7 @@ func TruncateUTF8(s string, n int) string {
 
 // Dispatchable is the FROM, WHERE, ORDER BY and LIMIT of store.JobExecutor.JobListDispatchable,
 // for a limit the driver has clamped.
-func (d Driver) Dispatchable(p store.DispatchParams, limit int) (string, []any) {
+func (d *Driver) Dispatchable(p store.DispatchParams, limit int) (string, []any) {
 	q := ` FROM orchestrator_jobs WHERE status = ? AND enqueued = 0 AND available_at <= ?`
 	args := []any{string(store.JobPending), d.Time(p.Now)}
 	if !p.SubmittedBy.IsZero() {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // This file holds the small helpers both drivers use to pass values to SQL and read them back.
@@ -25,6 +26,11 @@ func ClampLimit(limit, def, maxLimit int) int {
 		return def
 	}
 	return min(limit, maxLimit)
+}
+
+// MaintenanceLimit clamps the limit of a maintenance statement.
+func MaintenanceLimit(limit int) int {
+	return ClampLimit(limit, MaintenanceLimitDefault, MaintenanceLimitMax)
 }
 
 // Placeholders is n "?" separated by commas, for an IN list or a VALUES row.
@@ -85,4 +91,10 @@ func ParseTypes(raw []byte) ([]string, error) {
 		types = []string{}
 	}
 	return types, nil
+}
+
+// Micro is t as both schemas keep it: UTC, truncated (not rounded) to microseconds, so that
+// what a caller gets back equals what it would read.
+func Micro(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
 }

@@ -2,7 +2,6 @@ package sqlgen
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,35 +10,6 @@ import (
 
 	"github.com/gpuorch/orchestrator/store"
 )
-
-// Execer is what *sql.DB and *sql.Tx have in common for writes.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// Querier is an Execer that also reads one row: what a single-row compare-and-set needs to tell
-// a missing row from one that moved on.
-type Querier interface {
-	Execer
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// Deferrer is a Querier that may hold a compare-and-set write and check it later, with its next
-// statement (store.Tx.DeferChecks): DeferWrite reports whether it took the write, which must
-// match exactly rows rows.
-type Deferrer interface {
-	DeferWrite(what, query string, args []any, rows int) bool
-}
-
-// Driver is one driver's side of the batch writes the drivers share: how it encodes values,
-// how it maps its errors onto the store's, and how many rows one statement carries.
-type Driver struct {
-	Encoding
-	// MapErr turns a driver error into store.ErrConflict, store.ErrNotFound or itself.
-	MapErr func(error) error
-	// Chunk bounds the rows of one statement.
-	Chunk int
-}
 
 // ASCIIID reports whether id can be a job id or a token: job_id is an ascii_bin column, and
 // comparing it with a non-ASCII string is a collation error in MariaDB, not a mismatch. Such ids
@@ -64,10 +34,10 @@ func DistinctIDs(ids []string) []string {
 // NewJob is the row a new pending job is inserted as: times in UTC, to the microsecond (what
 // both schemas keep), AvailableAt Now when zero.
 func NewJob(p store.JobInsertParams) store.Job {
-	now := p.Now.UTC().Truncate(time.Microsecond)
+	now := Micro(p.Now)
 	avail := now
 	if !p.AvailableAt.IsZero() {
-		avail = p.AvailableAt.UTC().Truncate(time.Microsecond)
+		avail = Micro(p.AvailableAt)
 	}
 	var payload []byte
 	if len(p.Payload) > 0 {
@@ -81,14 +51,30 @@ func NewJob(p store.JobInsertParams) store.Job {
 	}
 }
 
-// InsertJobs inserts new pending jobs with one multi-row INSERT per chunk, all or none (see
-// store.JobExecutor.JobInsertMany), and returns the rows as stored.
-func (d Driver) InsertJobs(ctx context.Context, x Execer, ps []store.JobInsertParams) ([]store.Job, error) {
+// InsertJob is the INSERT of new pending jobs up to VALUES, whose rows are JobRow each; JobArgs
+// are a row's arguments.
+const (
+	InsertJob = `INSERT INTO orchestrator_jobs (job_id, type, agent, payload, status, attempts,
+		max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms, created_at, updated_at) VALUES `
+	JobRow = "(?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)"
+)
+
+// JobArgs are the arguments of j's JobRow.
+func (enc Encoding) JobArgs(j store.Job) []any {
+	return []any{j.ID, j.Type, j.Agent, JSONArg(j.Payload), string(j.Status), j.MaxAttempts,
+		enc.Time(j.AvailableAt), j.GPUMemoryMB, j.Timeout.Milliseconds(), enc.Time(j.CreatedAt), enc.Time(j.CreatedAt)}
+}
+
+// JobInsertMany inserts new pending jobs with one multi-row INSERT per chunk, all or none: when
+// any id is taken (or appears twice) it fails with ErrConflict and inserts nothing of that
+// statement, and the caller rolls back. It returns the rows as stored. A Holder (a MariaDB
+// transaction) sends the INSERTs with its next statement or with COMMIT (a submit's insert,
+// audit rows and COMMIT are one round trip); a taken id then fails that statement.
+func (e Executor) JobInsertMany(ctx context.Context, ps []store.JobInsertParams) ([]store.Job, error) {
 	jobs := make([]store.Job, 0, len(ps))
-	for chunk := range slices.Chunk(ps, max(d.Chunk, 1)) {
+	for chunk := range slices.Chunk(ps, max(e.d.Chunk, 1)) {
 		var q strings.Builder
-		q.WriteString(`INSERT INTO orchestrator_jobs (job_id, type, agent, payload, status, attempts,
-			max_attempts, available_at, enqueued, gpu_memory_mb, timeout_ms, created_at, updated_at) VALUES `)
+		q.WriteString(InsertJob)
 		args := make([]any, 0, 11*len(chunk))
 		for i, p := range chunk {
 			if !ASCIIID(p.ID) {
@@ -97,48 +83,47 @@ func (d Driver) InsertJobs(ctx context.Context, x Execer, ps []store.JobInsertPa
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString("(?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?)")
+			q.WriteString(JobRow)
 			j := NewJob(p)
 			jobs = append(jobs, j)
-			var payload any // JSON as a string (MariaDB would take []byte as _binary), nil as NULL
-			if j.Payload != nil {
-				payload = string(j.Payload)
-			}
-			args = append(args, j.ID, j.Type, j.Agent, payload, string(j.Status), j.MaxAttempts,
-				d.Time(j.AvailableAt), j.GPUMemoryMB, j.Timeout.Milliseconds(), d.Time(j.CreatedAt), d.Time(j.CreatedAt))
+			args = append(args, e.d.JobArgs(j)...)
 		}
-		if _, err := x.ExecContext(ctx, q.String(), args...); err != nil {
-			return nil, fmt.Errorf("insert %d jobs: %w", len(chunk), d.MapErr(err))
+		if err := e.d.ExecBlind(ctx, e.w, "insert jobs", q.String(), args); err != nil {
+			return nil, fmt.Errorf("insert %d jobs: %w", len(chunk), err)
 		}
 	}
 	return jobs, nil
 }
 
-// UpdateJob applies one compare-and-set write of a job (store.JobExecutor.JobUpdate).
-func (d Driver) UpdateJob(ctx context.Context, x Querier, u store.JobUpdate) error {
+// JobUpdate applies one compare-and-set write: a single UPDATE guarded by status (and attempts
+// and worker when asked). When no row matches it tells ErrNotFound from ErrConflict with one
+// more lookup. A non-nil StartedAt or FinishedAt pointing at the zero time clears the column.
+func (e Executor) JobUpdate(ctx context.Context, u store.JobUpdate) error {
 	if err := checkJobUpdate(u); err != nil {
 		return err
 	}
-	return d.CompareAndSet(ctx, x, fmt.Sprintf("update job %s from %s to %s", u.ID, u.From, u.To),
-		JobUpdate(u, d.Encoding), "SELECT 1 FROM orchestrator_jobs WHERE job_id = ?", u.ID)
+	return e.compareAndSet(ctx, fmt.Sprintf("update job %s from %s to %s", u.ID, u.From, u.To),
+		JobUpdate(u, e.d.Encoding), "SELECT 1 FROM orchestrator_jobs WHERE job_id = ?", u.ID)
 }
 
-// UpdateJobs applies compare-and-set writes of distinct jobs with JobUpdates. One write goes
-// through UpdateJob, which tells a missing job from a conflict.
-func (d Driver) UpdateJobs(ctx context.Context, x Querier, us []store.JobUpdate) error {
+// JobUpdateMany applies the compare-and-set writes of distinct jobs with as few UPDATEs as their
+// shapes allow (JobUpdates). One write is JobUpdate, with its precise error; for more, a
+// statement that matches fewer rows than it carries fails the whole call with ErrConflict, and
+// the caller's transaction is rolled back.
+func (e Executor) JobUpdateMany(ctx context.Context, us []store.JobUpdate) error {
 	if len(us) == 1 {
-		return d.UpdateJob(ctx, x, us[0])
+		return e.JobUpdate(ctx, us[0])
 	}
 	for _, u := range us {
 		if err := checkJobUpdate(u); err != nil {
 			return err
 		}
 	}
-	stmts, err := JobUpdates(us, d.Encoding, d.Chunk)
+	stmts, err := JobUpdates(us, e.d.Encoding, e.d.Chunk)
 	if err != nil {
 		return err
 	}
-	return d.execAll(ctx, x, "update jobs", stmts)
+	return e.execAll(ctx, "update jobs", stmts)
 }
 
 func checkJobUpdate(u store.JobUpdate) error {
@@ -151,50 +136,51 @@ func checkJobUpdate(u store.JobUpdate) error {
 	return nil
 }
 
-// SetLeaseStatus applies one compare-and-set of a lease's status
-// (store.LeaseExecutor.LeaseSetStatus).
-func (d Driver) SetLeaseStatus(ctx context.Context, x Querier, u store.LeaseStatusUpdate) error {
+// LeaseSetStatus is one compare-and-set UPDATE guarded by the current status; a final status
+// also sets ended_at.
+func (e Executor) LeaseSetStatus(ctx context.Context, u store.LeaseStatusUpdate) error {
 	if !ASCIIID(u.Token) {
 		return fmt.Errorf("set lease status: %w", store.ErrNotFound)
 	}
-	stmts, err := LeaseStatuses([]store.LeaseStatusUpdate{u}, d.Encoding, 1)
+	stmts, err := LeaseStatuses([]store.LeaseStatusUpdate{u}, e.d.Encoding, 1)
 	if err != nil {
 		return err
 	}
-	return d.CompareAndSet(ctx, x, fmt.Sprintf("set lease status %s -> %s", u.From, u.To),
+	return e.compareAndSet(ctx, fmt.Sprintf("set lease status %s -> %s", u.From, u.To),
 		stmts[0], "SELECT 1 FROM orchestrator_leases WHERE token = ?", u.Token)
 }
 
-// SetLeaseStatuses applies compare-and-set status changes of distinct leases with
-// LeaseStatuses. One change goes through SetLeaseStatus, which tells a missing lease from a
+// LeaseSetStatusMany applies the compare-and-set status changes of distinct leases, one UPDATE
+// per (from, to) and chunk of tokens (LeaseStatuses); a lease that moved on fails the whole
+// call with ErrConflict. One change is LeaseSetStatus, which tells a missing lease from a
 // conflict.
-func (d Driver) SetLeaseStatuses(ctx context.Context, x Querier, us []store.LeaseStatusUpdate) error {
+func (e Executor) LeaseSetStatusMany(ctx context.Context, us []store.LeaseStatusUpdate) error {
 	if len(us) == 1 {
-		return d.SetLeaseStatus(ctx, x, us[0])
+		return e.LeaseSetStatus(ctx, us[0])
 	}
 	for _, u := range us {
 		if !ASCIIID(u.Token) {
 			return fmt.Errorf("set lease status: %w", store.ErrNotFound)
 		}
 	}
-	stmts, err := LeaseStatuses(us, d.Encoding, d.Chunk)
+	stmts, err := LeaseStatuses(us, e.d.Encoding, e.d.Chunk)
 	if err != nil {
 		return err
 	}
-	return d.execAll(ctx, x, "set lease statuses", stmts)
+	return e.execAll(ctx, "set lease statuses", stmts)
 }
 
-// CompareAndSet runs a single-row compare-and-set UPDATE and tells its outcomes apart: nil when
+// compareAndSet runs a single-row compare-and-set UPDATE and tells its outcomes apart: nil when
 // it matched (matched rows, so identical values still count), store.ErrConflict when the row
 // exists but no longer matched, store.ErrNotFound when exists (a query of key) finds no row.
 // A Deferrer may take it to check later, when a mismatch is only ErrConflict.
-func (d Driver) CompareAndSet(ctx context.Context, x Querier, what string, st Statement, exists string, key any) error {
-	if dx, ok := x.(Deferrer); ok && dx.DeferWrite(what, st.SQL, st.Args, 1) {
+func (e Executor) compareAndSet(ctx context.Context, what string, st Statement, exists string, key any) error {
+	if dx, ok := e.w.(Deferrer); ok && dx.DeferWrite(what, st.SQL, st.Args, 1) {
 		return nil
 	}
-	res, err := x.ExecContext(ctx, st.SQL, st.Args...)
+	res, err := e.w.ExecContext(ctx, st.SQL, st.Args...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, d.MapErr(err))
+		return fmt.Errorf("%s: %w", what, e.d.MapErr(err))
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -202,8 +188,8 @@ func (d Driver) CompareAndSet(ctx context.Context, x Querier, what string, st St
 		return nil
 	}
 	var one int
-	if err := x.QueryRowContext(ctx, exists, key).Scan(&one); err != nil {
-		return fmt.Errorf("%s: %w", what, d.MapErr(err))
+	if err := e.w.QueryRowContext(ctx, exists, key).Scan(&one); err != nil {
+		return fmt.Errorf("%s: %w", what, e.d.MapErr(err))
 	}
 	return fmt.Errorf("%s: %w", what, store.ErrConflict)
 }
@@ -211,15 +197,15 @@ func (d Driver) CompareAndSet(ctx context.Context, x Querier, what string, st St
 // execAll runs statements that must each match all their rows; one that matches fewer fails
 // with ErrConflict (a row moved on since the caller read it). A Deferrer may take them to
 // check later.
-func (d Driver) execAll(ctx context.Context, x Execer, what string, stmts []Statement) error {
-	dx, _ := x.(Deferrer)
+func (e Executor) execAll(ctx context.Context, what string, stmts []Statement) error {
+	dx, _ := e.w.(Deferrer)
 	for _, st := range stmts {
 		if dx != nil && dx.DeferWrite(what, st.SQL, st.Args, st.Rows) {
 			continue
 		}
-		res, err := x.ExecContext(ctx, st.SQL, st.Args...)
+		res, err := e.w.ExecContext(ctx, st.SQL, st.Args...)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, d.MapErr(err))
+			return fmt.Errorf("%s: %w", what, e.d.MapErr(err))
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
