@@ -37,9 +37,12 @@ type Lease struct {
 	Agent    string // the agent the resource is held for (a job lease: the job's agent)
 	JobID    string // the job of a worker-held lease; empty for an agent's own lease
 	NodeID   string
-	GPUIndex *int // the GPU of a gpu lease; nil for a cpu lease
-	Mode     LeaseMode
-	MemoryMB int64 // GPU memory reserved (gpu lease)
+	GPUIndex *int // the (first) GPU of a gpu lease; nil for a cpu lease
+	// GPUIndexes are all the GPUs of a gpu lease, GPUIndex first: one for most leases, several
+	// (of one node) for a job that asked for more. Nil for a cpu lease.
+	GPUIndexes []int
+	Mode       LeaseMode
+	MemoryMB   int64 // GPU memory reserved on each of its GPUs (gpu lease)
 	// Exclusive leases hold their whole GPU: nothing else is placed on it while they are active.
 	Exclusive bool
 	// TTL is how far a heartbeat moves ExpiresAt (stored in milliseconds).

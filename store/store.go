@@ -99,9 +99,13 @@ type Job struct {
 	OwnerPool   string
 	WorkerID    string
 	LeaseToken  string
-	GPUMemoryMB int // GPU memory the job needs; 0 = CPU job
-	Timeout     time.Duration
-	Result      json.RawMessage
+	GPUMemoryMB int // GPU memory the job needs on each of its GPUs; 0 = CPU job
+	// GPUs is how many GPUs of one node the job needs (GPUCount reads it).
+	GPUs int
+	// GPUExclusive asks for GPUs that nothing else is placed on while the job holds them.
+	GPUExclusive bool
+	Timeout      time.Duration
+	Result       json.RawMessage
 	LastError   string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
@@ -118,9 +122,20 @@ type JobInsertParams struct {
 	Payload     json.RawMessage
 	MaxAttempts int
 	AvailableAt time.Time
-	GPUMemoryMB int
-	Timeout     time.Duration
-	Now         time.Time
+	GPUMemoryMB  int
+	GPUs         int
+	GPUExclusive bool
+	Timeout      time.Duration
+	Now          time.Time
+}
+
+// GPUCount is how many GPUs j needs: 0 for a CPU job, and at least one for a GPU job (rows
+// written before jobs named a count have GPUs 0).
+func (j *Job) GPUCount() int {
+	if j.GPUMemoryMB <= 0 {
+		return 0
+	}
+	return max(j.GPUs, 1)
 }
 
 // DispatchParams selects the jobs the dispatcher publishes: pending, not enqueued, available at

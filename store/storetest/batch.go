@@ -21,6 +21,7 @@ func testInsertMany(t *testing.T, b *bundle) {
 		ps[i] = b.params(fmt.Sprintf("many%d", i))
 		ps[i].Payload = json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))
 		ps[i].GPUMemoryMB = 1024 * i
+		ps[i].GPUs = i
 	}
 	ps[2].AvailableAt = b.now.Add(time.Minute)
 	jobs, err := b.s.JobInsertMany(t.Context(), ps)

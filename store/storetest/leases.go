@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ func testLeases(t *testing.T, parent *bundle) {
 		{"Heartbeat", testLeaseHeartbeat},
 		{"ListAndExpired", testLeaseListAndExpired},
 		{"GPUSnapshotAndCapacity", testGPUSnapshotAndCapacity},
+		{"MultiGPULease", testMultiGPULease},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -34,11 +36,12 @@ func testLeases(t *testing.T, parent *bundle) {
 // lease returns an active lease of the subtest's node, expiring a minute after b.now.
 func (b *bundle) lease(name string, gpu *int, memMB int64) store.Lease {
 	mode := store.LeaseCPU
+	var gpus []int
 	if gpu != nil {
-		mode = store.LeaseGPU
+		mode, gpus = store.LeaseGPU, []int{*gpu}
 	}
 	return store.Lease{
-		Token: b.prefix + name, Agent: b.agent(), NodeID: b.prefix + "node", GPUIndex: gpu,
+		Token: b.prefix + name, Agent: b.agent(), NodeID: b.prefix + "node", GPUIndex: gpu, GPUIndexes: gpus,
 		Mode: mode, MemoryMB: memMB, TTL: time.Minute, Status: store.LeaseActive,
 		CreatedAt: b.now, ExpiresAt: b.now.Add(time.Minute), LastHeartbeat: b.now,
 	}
@@ -248,4 +251,61 @@ func leaseTokens(leases []store.Lease) []string {
 		out[i] = l.Token
 	}
 	return out
+}
+
+// testMultiGPULease: a lease of several GPUs reads back with all of them, and reserves its
+// memory on each (GPUList and GPULockNode), until it ends.
+func testMultiGPULease(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	node := b.prefix + "node"
+	devs := make([]store.GPUDevice, 4)
+	for i := range devs {
+		devs[i] = store.GPUDevice{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", b.prefix, i), MemoryTotalMB: 81920, Source: "simulated"}
+	}
+	require.NoError(t, b.s.GPUUpsertSnapshot(ctx, store.GPUSnapshot{NodeID: node, Now: b.now, GPUs: devs}))
+	pair := b.lease("pair", intp(3), 30000)
+	pair.GPUIndexes = []int{3, 1}
+	pair.Exclusive = true
+	one := b.lease("one", intp(1), 2000)
+	require.NoError(t, b.s.LeaseInsert(ctx, []store.Lease{pair, one}))
+
+	got, err := b.s.LeaseGet(ctx, pair.Token, false)
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 1}, got.GPUIndexes)
+	require.Equal(t, 3, *got.GPUIndex)
+	listed, err := b.s.LeaseList(ctx, store.LeaseListParams{NodeID: node, Limit: 10})
+	require.NoError(t, err)
+	for _, l := range listed {
+		if l.Token == pair.Token {
+			require.Equal(t, []int{3, 1}, l.GPUIndexes)
+		}
+	}
+
+	reserved := func(gpus []store.GPUCapacity) (mb []int64, leases []int, exclusive []bool) {
+		for _, g := range gpus {
+			mb, leases, exclusive = append(mb, g.ReservedMB), append(leases, g.Leases), append(exclusive, g.Exclusive)
+		}
+		return mb, leases, exclusive
+	}
+	gpus, err := b.s.GPUList(ctx, node)
+	require.NoError(t, err)
+	mb, n, ex := reserved(gpus)
+	require.Equal(t, []int64{0, 32000, 0, 30000}, mb, "the pair's memory on each of its GPUs")
+	require.Equal(t, []int{0, 2, 0, 1}, n)
+	require.Equal(t, []bool{false, true, false, true}, ex)
+	require.NoError(t, b.s.WithTx(ctx, func(tx store.Tx) error {
+		locked, err := tx.GPULockNode(ctx, node)
+		require.NoError(t, err)
+		lmb, _, _ := reserved(locked)
+		require.Equal(t, mb, lmb, "placement sees what the listing sees")
+		return nil
+	}))
+
+	require.NoError(t, b.s.LeaseSetStatus(ctx, store.LeaseStatusUpdate{
+		Token: pair.Token, From: store.LeaseActive, To: store.LeaseReleased, Now: b.now.Add(time.Second)}))
+	gpus, err = b.s.GPUList(ctx, node)
+	require.NoError(t, err)
+	mb, _, ex = reserved(gpus)
+	require.Equal(t, []int64{0, 2000, 0, 0}, mb, "a released lease frees every GPU it held")
+	require.Equal(t, []bool{false, false, false, false}, ex)
 }

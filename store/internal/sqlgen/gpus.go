@@ -133,7 +133,41 @@ func (e Executor) gpuCapacity(ctx context.Context, x Reader, nodeID string, oneN
 	if err := sums.Err(); err != nil {
 		return nil, e.d.MapErr(err)
 	}
+	// The other GPUs of multi-GPU leases (gpu_indexes), few: summed here.
+	f = filter{where: []string{"status = ?", "gpu_indexes <> ''"}, args: []any{string(store.LeaseActive)}}
+	if oneNode {
+		f.add("node_id = ?", nodeID)
+	}
+	more, err := query(ctx, e.d, x, func(row Scanner) (moreGPUs, error) {
+		var m moreGPUs
+		err := row.Scan(&m.node, &m.indexes, &m.memoryMB, &m.exclusive)
+		return m, err
+	}, "SELECT node_id, gpu_indexes, memory_mb, exclusive FROM orchestrator_leases"+f.sql(), f.args...)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range more {
+		indexes, err := GPUIndexes(0, m.indexes)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range indexes[1:] {
+			if g, ok := at[key{m.node, i}]; ok {
+				g.ReservedMB += m.memoryMB
+				g.Leases++
+				g.Exclusive = g.Exclusive || m.exclusive
+			}
+		}
+	}
 	return gpus, nil
+}
+
+// moreGPUs is an active lease's reservation on the GPUs of its gpu_indexes.
+type moreGPUs struct {
+	node      string
+	indexes   string
+	memoryMB  int64
+	exclusive bool
 }
 
 // scanGPU reads a row of gpuColumns.

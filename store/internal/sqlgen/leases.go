@@ -20,7 +20,7 @@ func (e Executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 	for chunk := range slices.Chunk(leases, max(e.d.Chunk, 1)) {
 		var q strings.Builder
 		q.WriteString("INSERT INTO orchestrator_leases (" + LeaseColumns + ") VALUES ")
-		args := make([]any, 0, 15*len(chunk))
+		args := make([]any, 0, 16*len(chunk))
 		for i, l := range chunk {
 			if !ASCIIID(l.Token) || !ASCIIID(l.JobID) {
 				return fmt.Errorf("insert leases: token %q or job id %q is not ASCII", l.Token, l.JobID)
@@ -28,12 +28,12 @@ func (e Executor) LeaseInsert(ctx context.Context, leases []store.Lease) error {
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 			var gpu any
 			if l.GPUIndex != nil {
 				gpu = *l.GPUIndex
 			}
-			args = append(args, l.Token, l.Agent, NullString(l.JobID), l.NodeID, gpu, string(l.Mode),
+			args = append(args, l.Token, l.Agent, NullString(l.JobID), l.NodeID, gpu, MoreGPUs(l), string(l.Mode),
 				l.MemoryMB, l.Exclusive, l.TTL.Milliseconds(), string(l.Status), e.d.Time(l.CreatedAt),
 				e.d.Time(l.ExpiresAt), e.d.Time(l.LastHeartbeat), e.d.nullTimePtr(l.EndedAt), JSONArg(l.Metadata))
 		}

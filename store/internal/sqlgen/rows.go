@@ -19,10 +19,10 @@ const (
 	// passes that walk many jobs and need none.
 	JobColumnsNoPayload    = "job_id, type, agent, NULL, " + JobColumnsAfterPayload
 	JobColumnsAfterPayload = `status, attempts, max_attempts, available_at,
-	enqueued, stream_id, owner_pool, worker_id, lease_token, gpu_memory_mb, timeout_ms, result,
-	last_error, created_at, updated_at, started_at, finished_at`
-	LeaseColumns = `token, agent_name, job_id, node_id, gpu_index, mode, memory_mb, exclusive,
-	ttl_ms, status, created_at, expires_at, last_heartbeat, ended_at, metadata`
+	enqueued, stream_id, owner_pool, worker_id, lease_token, gpu_memory_mb, gpus, gpu_exclusive,
+	timeout_ms, result, last_error, created_at, updated_at, started_at, finished_at`
+	LeaseColumns = `token, agent_name, job_id, node_id, gpu_index, gpu_indexes, mode, memory_mb,
+	exclusive, ttl_ms, status, created_at, expires_at, last_heartbeat, ended_at, metadata`
 	poolColumns = `pool_id, agent_name, model_id, adapter, variant, job_types, desired_workers,
 	spawned_workers, status, status_reason, status_changed_at, hold_seconds, created_at, updated_at,
 	started_at, last_heartbeat, last_activity_at, metadata`
@@ -113,7 +113,7 @@ func (enc Encoding) ScanJob(row Scanner) (store.Job, error) {
 	)
 	err := row.Scan(&j.ID, &j.Type, &j.Agent, &payload, &status, &j.Attempts, &j.MaxAttempts,
 		enc.at(&j.AvailableAt), &j.Enqueued, &j.StreamID, &j.OwnerPool, &j.WorkerID, &j.LeaseToken,
-		&j.GPUMemoryMB, &timeoutMS, &resultRaw, &j.LastError, enc.at(&j.CreatedAt), enc.at(&j.UpdatedAt),
+		&j.GPUMemoryMB, &j.GPUs, &j.GPUExclusive, &timeoutMS, &resultRaw, &j.LastError, enc.at(&j.CreatedAt), enc.at(&j.UpdatedAt),
 		enc.atPtr(&j.StartedAt), enc.atPtr(&j.FinishedAt))
 	if err != nil {
 		return store.Job{}, err
@@ -131,11 +131,12 @@ func (enc Encoding) ScanLease(row Scanner) (store.Lease, error) {
 		l            store.Lease
 		jobID        sql.NullString
 		gpu          sql.NullInt64
+		more         string
 		mode, status string
 		ttlMS        int64
 		metadata     []byte
 	)
-	err := row.Scan(&l.Token, &l.Agent, &jobID, &l.NodeID, &gpu, &mode, &l.MemoryMB, &l.Exclusive,
+	err := row.Scan(&l.Token, &l.Agent, &jobID, &l.NodeID, &gpu, &more, &mode, &l.MemoryMB, &l.Exclusive,
 		&ttlMS, &status, enc.at(&l.CreatedAt), enc.at(&l.ExpiresAt), enc.at(&l.LastHeartbeat),
 		enc.atPtr(&l.EndedAt), &metadata)
 	if err != nil {
@@ -145,6 +146,9 @@ func (enc Encoding) ScanLease(row Scanner) (store.Lease, error) {
 	if gpu.Valid {
 		i := int(gpu.Int64)
 		l.GPUIndex = &i
+		if l.GPUIndexes, err = GPUIndexes(i, more); err != nil {
+			return store.Lease{}, fmt.Errorf("lease %s: %w", l.Token, err)
+		}
 	}
 	l.Mode, l.Status = store.LeaseMode(mode), store.LeaseStatus(status)
 	l.TTL = time.Duration(ttlMS) * time.Millisecond
