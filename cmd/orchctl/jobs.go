@@ -84,7 +84,7 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
   orchctl jobs submit --type inference --agent chat --payload-file req.json --job-id req-42 --wait
   generate-payload | orchctl jobs submit --type ingest --agent etl --payload-file - -q`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return g.submit(cmd, &f) },
+		RunE: runWithFlags(g.submit, &f),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.req.Type, "type", "", "job type (one of the server's configured job types)")

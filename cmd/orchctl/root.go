@@ -227,6 +227,12 @@ func groupCmd(cmd *cobra.Command, subs ...*cobra.Command) *cobra.Command {
 	return cmd
 }
 
+// runWithFlags is the RunE of a command that takes no arguments: it calls run with the command
+// and its flags f.
+func runWithFlags[F any](run func(*cobra.Command, *F) error, f *F) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error { return run(cmd, f) }
+}
+
 // usageArgs wraps a positional-argument check so its failure is a usage error.
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
