@@ -9,17 +9,13 @@ import (
 // GetAdmission returns the admission state of the answering instance (GET /control/admission,
 // admin).
 func (c *Client) GetAdmission(ctx context.Context) (AdmissionStatus, error) {
-	var out AdmissionStatus
-	err := c.do(ctx, http.MethodGet, "/control/admission", nil, nil, &out)
-	return out, wrap(err, "get admission")
+	return call[AdmissionStatus](ctx, c, http.MethodGet, "/control/admission", nil, nil, "get admission")
 }
 
 // SetAdmissionPolicy writes an agent's policy (PUT /control/admission, admin) and returns it as
 // stored. Every instance applies it within its refresh interval.
 func (c *Client) SetAdmissionPolicy(ctx context.Context, u AdmissionPolicyUpdate) (AdmissionPolicy, error) {
-	var out AdmissionPolicy
-	err := c.do(ctx, http.MethodPut, "/control/admission", nil, u, &out)
-	return out, wrap(err, "set admission policy of "+u.Agent)
+	return call[AdmissionPolicy](ctx, c, http.MethodPut, "/control/admission", nil, u, "set admission policy of "+u.Agent)
 }
 
 // DeleteAdmissionPolicy deletes an agent's policy (DELETE /control/admission/{agent}, admin):

@@ -97,9 +97,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 // Submit submits a job (POST /jobs/submit). A repeated job_id answers the existing job with
 // Created false.
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResponse, error) {
-	var out SubmitResponse
-	err := c.doKeyed(ctx, req.JobID, http.MethodPost, "/jobs/submit", nil, req, &out)
-	return out, wrap(err, "submit job")
+	return callKeyed[SubmitResponse](ctx, c, req.JobID, http.MethodPost, "/jobs/submit", nil, req, "submit job")
 }
 
 // SubmitBatch submits 1 to SubmitBatchMax jobs in one request (POST /jobs/submit_batch): each
@@ -107,16 +105,13 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResponse,
 // answer (SubmitBatchResult.Error), not an error; the error is for a request refused whole
 // (a malformed body, too many jobs, auth) or one that failed.
 func (c *Client) SubmitBatch(ctx context.Context, req SubmitBatchRequest) (SubmitBatchResponse, error) {
-	var out SubmitBatchResponse
-	err := c.doKeyed(ctx, batchKey(req.Jobs), http.MethodPost, "/jobs/submit_batch", nil, req, &out)
-	return out, wrap(err, "submit batch of jobs")
+	return callKeyed[SubmitBatchResponse](ctx, c, batchKey(req.Jobs), http.MethodPost, "/jobs/submit_batch", nil, req,
+		"submit batch of jobs")
 }
 
 // GetJob returns one job (GET /jobs/{id}).
 func (c *Client) GetJob(ctx context.Context, id string) (Job, error) {
-	var out Job
-	err := c.do(ctx, http.MethodGet, "/jobs/"+url.PathEscape(id), nil, nil, &out)
-	return out, wrap(err, "get job "+id)
+	return call[Job](ctx, c, http.MethodGet, "/jobs/"+url.PathEscape(id), nil, nil, "get job "+id)
 }
 
 // ListJobsParams filter GET /jobs; empty fields are not sent.
@@ -145,37 +140,27 @@ func (c *Client) ListJobs(ctx context.Context, p ListJobsParams) (JobList, error
 		q.Set("limit", strconv.Itoa(p.Limit))
 	}
 	set("cursor", p.Cursor)
-	var out JobList
-	err := c.do(ctx, http.MethodGet, "/jobs", q, nil, &out)
-	return out, wrap(err, "list jobs")
+	return call[JobList](ctx, c, http.MethodGet, "/jobs", q, nil, "list jobs")
 }
 
 // CancelJob cancels a job (POST /jobs/{id}/cancel) and returns it as it is afterwards.
 func (c *Client) CancelJob(ctx context.Context, id string) (Job, error) {
-	var out Job
-	err := c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/cancel", nil, struct{}{}, &out)
-	return out, wrap(err, "cancel job "+id)
+	return call[Job](ctx, c, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/cancel", nil, struct{}{}, "cancel job "+id)
 }
 
 // Claim claims a batch of stream entries for a worker (POST /internal/jobs/claim).
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (ClaimResponse, error) {
-	var out ClaimResponse
-	err := c.do(ctx, http.MethodPost, "/internal/jobs/claim", nil, req, &out)
-	return out, wrap(err, "claim jobs")
+	return call[ClaimResponse](ctx, c, http.MethodPost, "/internal/jobs/claim", nil, req, "claim jobs")
 }
 
 // Start reports that the handlers of claimed jobs began (POST /internal/jobs/start).
 func (c *Client) Start(ctx context.Context, req StartRequest) (StartResponse, error) {
-	var out StartResponse
-	err := c.do(ctx, http.MethodPost, "/internal/jobs/start", nil, req, &out)
-	return out, wrap(err, "report job starts")
+	return call[StartResponse](ctx, c, http.MethodPost, "/internal/jobs/start", nil, req, "report job starts")
 }
 
 // Complete reports the outcomes of attempts (POST /internal/jobs/complete).
 func (c *Client) Complete(ctx context.Context, req CompleteRequest) (CompleteResponse, error) {
-	var out CompleteResponse
-	err := c.do(ctx, http.MethodPost, "/internal/jobs/complete", nil, req, &out)
-	return out, wrap(err, "report job results")
+	return call[CompleteResponse](ctx, c, http.MethodPost, "/internal/jobs/complete", nil, req, "report job results")
 }
 
 // Healthz asks whether the process is alive (GET /healthz).
@@ -207,6 +192,19 @@ func batchKey(jobs []SubmitRequest) string {
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// call sends one request (see do) and returns its decoded answer, or an error that says what
+// the call was for.
+func call[T any](ctx context.Context, c *Client, method, path string, q url.Values, in any, what string) (T, error) {
+	return callKeyed[T](ctx, c, "", method, path, q, in, what)
+}
+
+// callKeyed is call for a request that may be sent twice (see doKeyed).
+func callKeyed[T any](ctx context.Context, c *Client, key, method, path string, q url.Values, in any, what string) (T, error) {
+	var out T
+	err := c.doKeyed(ctx, key, method, path, q, in, &out)
+	return out, wrap(err, what)
 }
 
 // do sends one request with a JSON body (when in is not nil) and decodes a 2xx answer into out.

@@ -28,24 +28,19 @@ func (c *Client) ListDeadLetters(ctx context.Context, p ListDeadLettersParams) (
 	if p.Cursor != "" {
 		q.Set("cursor", p.Cursor)
 	}
-	var out DeadLetterList
-	err := c.do(ctx, http.MethodGet, "/dlq", q, nil, &out)
-	return out, wrap(err, "list dead letters")
+	return call[DeadLetterList](ctx, c, http.MethodGet, "/dlq", q, nil, "list dead letters")
 }
 
 // ReplayDeadLetter sends a dead letter back to pending with a fresh attempt budget
 // (POST /dlq/{job_id}/replay, admin) and returns the job as it is afterwards. A job that is
 // not in the queue is a 409 (code not_dead_letter).
 func (c *Client) ReplayDeadLetter(ctx context.Context, jobID string) (Job, error) {
-	var out Job
-	err := c.do(ctx, http.MethodPost, "/dlq/"+url.PathEscape(jobID)+"/replay", nil, struct{}{}, &out)
-	return out, wrap(err, "replay dead letter "+jobID)
+	return call[Job](ctx, c, http.MethodPost, "/dlq/"+url.PathEscape(jobID)+"/replay", nil, struct{}{},
+		"replay dead letter "+jobID)
 }
 
 // PurgeDeadLetter removes a dead letter from the queue (DELETE /dlq/{job_id}, admin); the job
 // stays dead_letter and is returned as it is afterwards.
 func (c *Client) PurgeDeadLetter(ctx context.Context, jobID string) (Job, error) {
-	var out Job
-	err := c.do(ctx, http.MethodDelete, "/dlq/"+url.PathEscape(jobID), nil, nil, &out)
-	return out, wrap(err, "purge dead letter "+jobID)
+	return call[Job](ctx, c, http.MethodDelete, "/dlq/"+url.PathEscape(jobID), nil, nil, "purge dead letter "+jobID)
 }

@@ -9,24 +9,19 @@ import (
 
 // GrantLease asks for a lease (POST /leases).
 func (c *Client) GrantLease(ctx context.Context, req LeaseRequest) (LeaseGrant, error) {
-	var out LeaseGrant
-	err := c.do(ctx, http.MethodPost, "/leases", nil, req, &out)
-	return out, wrap(err, "grant lease")
+	return call[LeaseGrant](ctx, c, http.MethodPost, "/leases", nil, req, "grant lease")
 }
 
 // HeartbeatLease extends a lease by its TTL (POST /leases/{token}/heartbeat). An unknown token
 // is a 404, a lease that ended a 410.
 func (c *Client) HeartbeatLease(ctx context.Context, token string) (Lease, error) {
-	var out Lease
-	err := c.do(ctx, http.MethodPost, "/leases/"+url.PathEscape(token)+"/heartbeat", nil, struct{}{}, &out)
-	return out, wrap(err, "heartbeat lease")
+	return call[Lease](ctx, c, http.MethodPost, "/leases/"+url.PathEscape(token)+"/heartbeat", nil, struct{}{},
+		"heartbeat lease")
 }
 
 // ReleaseLease ends a lease (POST /leases/{token}/release).
 func (c *Client) ReleaseLease(ctx context.Context, token string) (Lease, error) {
-	var out Lease
-	err := c.do(ctx, http.MethodPost, "/leases/"+url.PathEscape(token)+"/release", nil, struct{}{}, &out)
-	return out, wrap(err, "release lease")
+	return call[Lease](ctx, c, http.MethodPost, "/leases/"+url.PathEscape(token)+"/release", nil, struct{}{}, "release lease")
 }
 
 // ListLeasesParams filter GET /leases; empty fields are not sent.
@@ -49,16 +44,12 @@ func (c *Client) ListLeases(ctx context.Context, p ListLeasesParams) (LeaseList,
 	if p.Limit > 0 {
 		q.Set("limit", strconv.Itoa(p.Limit))
 	}
-	var out LeaseList
-	err := c.do(ctx, http.MethodGet, "/leases", q, nil, &out)
-	return out, wrap(err, "list leases")
+	return call[LeaseList](ctx, c, http.MethodGet, "/leases", q, nil, "list leases")
 }
 
 // RenewLeases renews a worker's leases and reports its telemetry (POST /internal/leases/renew).
 func (c *Client) RenewLeases(ctx context.Context, req RenewRequest) (RenewResponse, error) {
-	var out RenewResponse
-	err := c.do(ctx, http.MethodPost, "/internal/leases/renew", nil, req, &out)
-	return out, wrap(err, "renew leases")
+	return call[RenewResponse](ctx, c, http.MethodPost, "/internal/leases/renew", nil, req, "renew leases")
 }
 
 // ListGPUs lists the GPUs of every node (or of nodeID) with their reservations (GET /gpus).
@@ -67,7 +58,5 @@ func (c *Client) ListGPUs(ctx context.Context, nodeID string) (GPUList, error) {
 	if nodeID != "" {
 		q.Set("node_id", nodeID)
 	}
-	var out GPUList
-	err := c.do(ctx, http.MethodGet, "/gpus", q, nil, &out)
-	return out, wrap(err, "list gpus")
+	return call[GPUList](ctx, c, http.MethodGet, "/gpus", q, nil, "list gpus")
 }

@@ -8,74 +8,58 @@ import (
 
 // CreatePool creates or updates a worker pool (POST /workers/pool).
 func (c *Client) CreatePool(ctx context.Context, req PoolRequest) (PoolResponse, error) {
-	var out PoolResponse
-	err := c.do(ctx, http.MethodPost, "/workers/pool", nil, req, &out)
-	return out, wrap(err, "create pool "+req.PoolID)
+	return call[PoolResponse](ctx, c, http.MethodPost, "/workers/pool", nil, req, "create pool "+req.PoolID)
 }
 
 // ListPools returns every pool (GET /workers/pools).
 func (c *Client) ListPools(ctx context.Context) (PoolList, error) {
-	var out PoolList
-	err := c.do(ctx, http.MethodGet, "/workers/pools", nil, nil, &out)
-	return out, wrap(err, "list pools")
+	return call[PoolList](ctx, c, http.MethodGet, "/workers/pools", nil, nil, "list pools")
 }
 
 // GetPool returns one pool with its workers (GET /workers/pools/{id}).
 func (c *Client) GetPool(ctx context.Context, id string) (Pool, error) {
-	var out Pool
-	err := c.do(ctx, http.MethodGet, "/workers/pools/"+url.PathEscape(id), nil, nil, &out)
-	return out, wrap(err, "get pool "+id)
+	return call[Pool](ctx, c, http.MethodGet, "/workers/pools/"+url.PathEscape(id), nil, nil, "get pool "+id)
 }
 
 // HeartbeatPool tells the orchestrator the pool's agent still wants it warm
 // (POST /workers/pools/{id}/heartbeat).
 func (c *Client) HeartbeatPool(ctx context.Context, id string) (Pool, error) {
-	var out Pool
-	err := c.do(ctx, http.MethodPost, "/workers/pools/"+url.PathEscape(id)+"/heartbeat", nil, struct{}{}, &out)
-	return out, wrap(err, "heartbeat pool "+id)
+	return call[Pool](ctx, c, http.MethodPost, "/workers/pools/"+url.PathEscape(id)+"/heartbeat", nil, struct{}{},
+		"heartbeat pool "+id)
 }
 
 // DrainPool drains one pool (POST /workers/pools/{id}/drain).
 func (c *Client) DrainPool(ctx context.Context, id string) (PoolChange, error) {
-	var out PoolChange
-	err := c.do(ctx, http.MethodPost, "/workers/pools/"+url.PathEscape(id)+"/drain", nil, struct{}{}, &out)
-	return out, wrap(err, "drain pool "+id)
+	return call[PoolChange](ctx, c, http.MethodPost, "/workers/pools/"+url.PathEscape(id)+"/drain", nil, struct{}{},
+		"drain pool "+id)
 }
 
 // DrainAll drains every pool (POST /control/drain).
 func (c *Client) DrainAll(ctx context.Context) (DrainAllResponse, error) {
-	var out DrainAllResponse
-	err := c.do(ctx, http.MethodPost, "/control/drain", nil, struct{}{}, &out)
-	return out, wrap(err, "drain all pools")
+	return call[DrainAllResponse](ctx, c, http.MethodPost, "/control/drain", nil, struct{}{}, "drain all pools")
 }
 
 // EvictPool evicts one pool (POST /control/evict_pool).
 func (c *Client) EvictPool(ctx context.Context, id string) (PoolChange, error) {
-	var out PoolChange
-	err := c.do(ctx, http.MethodPost, "/control/evict_pool", nil, EvictRequest{PoolID: id}, &out)
-	return out, wrap(err, "evict pool "+id)
+	return call[PoolChange](ctx, c, http.MethodPost, "/control/evict_pool", nil, EvictRequest{PoolID: id}, "evict pool "+id)
 }
 
 // Reconcile asks for a reconciliation pass now (POST /control/reconcile).
 func (c *Client) Reconcile(ctx context.Context) (ReconcileResponse, error) {
-	var out ReconcileResponse
-	err := c.do(ctx, http.MethodPost, "/control/reconcile", nil, struct{}{}, &out)
-	return out, wrap(err, "reconcile pools")
+	return call[ReconcileResponse](ctx, c, http.MethodPost, "/control/reconcile", nil, struct{}{}, "reconcile pools")
 }
 
 // RegisterWorker registers a worker (POST /internal/workers/register).
 func (c *Client) RegisterWorker(ctx context.Context, req RegisterWorkerRequest) (WorkerInstruction, error) {
-	var out WorkerInstruction
-	err := c.do(ctx, http.MethodPost, "/internal/workers/register", nil, req, &out)
-	return out, wrap(err, "register worker "+req.WorkerID)
+	return call[WorkerInstruction](ctx, c, http.MethodPost, "/internal/workers/register", nil, req,
+		"register worker "+req.WorkerID)
 }
 
 // WorkerHeartbeat sends a worker's heartbeat (POST /internal/workers/{id}/heartbeat). A 404
 // means the registry does not know the worker: register again.
 func (c *Client) WorkerHeartbeat(ctx context.Context, id string, req WorkerHeartbeatRequest) (WorkerInstruction, error) {
-	var out WorkerInstruction
-	err := c.do(ctx, http.MethodPost, "/internal/workers/"+url.PathEscape(id)+"/heartbeat", nil, req, &out)
-	return out, wrap(err, "heartbeat of worker "+id)
+	return call[WorkerInstruction](ctx, c, http.MethodPost, "/internal/workers/"+url.PathEscape(id)+"/heartbeat", nil, req,
+		"heartbeat of worker "+id)
 }
 
 // DeregisterWorker removes a worker that exits cleanly (POST /internal/workers/{id}/deregister).

@@ -7,7 +7,5 @@ import (
 
 // Status returns the cluster at a glance (GET /status).
 func (c *Client) Status(ctx context.Context) (Status, error) {
-	var out Status
-	err := c.do(ctx, http.MethodGet, "/status", nil, nil, &out)
-	return out, wrap(err, "get status")
+	return call[Status](ctx, c, http.MethodGet, "/status", nil, nil, "get status")
 }

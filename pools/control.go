@@ -17,11 +17,7 @@ const ReasonEvicted = "pool evicted"
 // exit; the reconciler moves the pool to stopped once none is left. Draining a pool that
 // drains or stopped already changes nothing (changed false); an evicted pool cannot drain.
 func (s *Service) DrainPool(ctx context.Context, id, actor string) (p store.Pool, changed bool, err error) {
-	p, changed, err = s.endPool(ctx, id, store.PoolDraining, "drained by "+actor, actor)
-	if err != nil {
-		return store.Pool{}, false, fmt.Errorf("drain pool %s: %w", id, err)
-	}
-	return p, changed, nil
+	return s.endOnePool(ctx, id, store.PoolDraining, "drain", "drained by "+actor, actor)
 }
 
 // DrainAll drains every starting or running pool and returns those it drained.
@@ -51,9 +47,15 @@ func (s *Service) DrainAll(ctx context.Context, actor string) ([]store.Pool, err
 // reconciler rescues the jobs they hold (engine.Rescue, "pool evicted"): their leases end and
 // the jobs are retried on other workers. Evicting an evicted or stopped pool changes nothing.
 func (s *Service) EvictPool(ctx context.Context, id, actor string) (p store.Pool, changed bool, err error) {
-	p, changed, err = s.endPool(ctx, id, store.PoolEvicted, "evicted by "+actor, actor)
+	return s.endOnePool(ctx, id, store.PoolEvicted, "evict", "evicted by "+actor, actor)
+}
+
+// endOnePool is endPool for DrainPool and EvictPool: its error names the verb ("drain",
+// "evict") and the pool.
+func (s *Service) endOnePool(ctx context.Context, id string, to store.PoolStatus, verb, reason, actor string) (store.Pool, bool, error) {
+	p, changed, err := s.endPool(ctx, id, to, reason, actor)
 	if err != nil {
-		return store.Pool{}, false, fmt.Errorf("evict pool %s: %w", id, err)
+		return store.Pool{}, false, fmt.Errorf("%s pool %s: %w", verb, id, err)
 	}
 	return p, changed, nil
 }

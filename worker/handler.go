@@ -11,8 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -135,12 +136,7 @@ func (r *Registry) Lookup(name string) (Handler, bool) {
 func (r *Registry) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	names := make([]string, 0, len(r.handlers))
-	for n := range r.handlers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(r.handlers))
 }
 
 // CheckType says whether this worker can run jobs of type t: its handler is registered and, when

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,7 +134,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.readers.Add(1)
 		go w.read(ctx, readCtx, t)
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	w.log.Info("worker started", "types", names, "concurrency", w.cfg.Concurrency, "batch", w.cfg.Batch)
 
 	<-ctx.Done()
@@ -182,12 +183,7 @@ func (w *Worker) flushAll() {
 func (w *Worker) runningIDs() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ids := make([]string, 0, len(w.running))
-	for id := range w.running {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	return slices.Sorted(maps.Keys(w.running))
 }
 
 func (w *Worker) runningCount() int {

@@ -12,7 +12,7 @@ import (
 )
 
 func newAdmissionCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupCmd(&cobra.Command{
 		Use:   "admission",
 		Short: "Show and change admission control: per-agent rate limits and the cluster's gates",
 		Long: `Show and change admission control (admin token).
@@ -26,11 +26,7 @@ orchestrator instance. A refusal is a 429 with Retry-After and the reason.
 An agent without a policy of its own gets the default policy: the configured one, until a policy
 of the agent "*" is stored. Every instance rereads the policies within
 admission.refresh_interval, so a change reaches the whole cluster within it.`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	cmd.AddCommand(newAdmissionGetCmd(g), newAdmissionSetCmd(g), newAdmissionDeleteCmd(g), newAdmissionRestoreCmd(g))
-	return cmd
+	}, newAdmissionGetCmd(g), newAdmissionSetCmd(g), newAdmissionDeleteCmd(g), newAdmissionRestoreCmd(g))
 }
 
 func newAdmissionGetCmd(g *globals) *cobra.Command {

@@ -67,7 +67,7 @@ could not (--all-agents; each named on stderr). With -o json the one document is
   orchctl admission set --agent '*' --rate 100
   orchctl admission set --all-agents --rate 0.001 --burst 1 --enabled=true`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return g.setAdmission(cmd, &f) },
+		RunE: runWithFlags(g.setAdmission, &f),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.agent, "agent", "", `the agent whose policy changes ("*": the default policy)`)

@@ -12,18 +12,14 @@ import (
 )
 
 func newControlCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupCmd(&cobra.Command{
 		Use:   "control",
 		Short: "Cluster-wide operations: reconcile the pools now, drain every pool",
 		Long: `Cluster-wide operations on the worker pools.
 
 "control reconcile" asks the leader for a reconciliation pass now; "control drain" drains every
 pool at once, for maintenance. Evict a single pool with "orchctl pools evict".`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	cmd.AddCommand(newControlReconcileCmd(g), newControlDrainCmd(g))
-	return cmd
+	}, newControlReconcileCmd(g), newControlDrainCmd(g))
 }
 
 func newControlReconcileCmd(g *globals) *cobra.Command {

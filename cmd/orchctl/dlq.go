@@ -10,7 +10,7 @@ import (
 )
 
 func newDLQCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupCmd(&cobra.Command{
 		Use:   "dlq",
 		Short: "List, replay and purge dead letters: jobs whose attempts are used up",
 		Long: `List, replay and purge the dead-letter queue (admin token).
@@ -20,11 +20,7 @@ handler marked non-retryable. Its row stays dead_letter with its last error, and
 stream:orchestrator:dlq says so. After the cause is fixed, replay sends jobs back to pending
 with a fresh attempt budget; purge removes them from the queue for good (the job rows stay
 dead_letter until retention deletes them).`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	cmd.AddCommand(newDLQListCmd(g), newDLQReplayCmd(g), newDLQPurgeCmd(g))
-	return cmd
+	}, newDLQListCmd(g), newDLQReplayCmd(g), newDLQPurgeCmd(g))
 }
 
 // dlqFlags select dead letters: by type on the server, by agent and error text here.

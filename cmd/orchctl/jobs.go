@@ -35,7 +35,7 @@ func terminal(status string) bool {
 }
 
 func newJobsCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupCmd(&cobra.Command{
 		Use:   "jobs",
 		Short: "Submit, inspect, list, cancel and wait for jobs",
 		Long: `Submit, inspect, list, cancel and wait for jobs.
@@ -43,12 +43,8 @@ func newJobsCmd(g *globals) *cobra.Command {
 A job moves pending → claimed → running → done; a failed attempt goes back to pending with
 backoff until its attempts are used up, then to dead_letter. Any job that has not finished can be
 cancelled. done, dead_letter and cancelled are terminal.`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	cmd.AddCommand(newJobsSubmitCmd(g), newJobsSubmitBatchCmd(g), newJobsGetCmd(g), newJobsListCmd(g), newJobsCancelCmd(g),
+	}, newJobsSubmitCmd(g), newJobsSubmitBatchCmd(g), newJobsGetCmd(g), newJobsListCmd(g), newJobsCancelCmd(g),
 		newJobsWaitCmd(g), newJobsWatchCmd(g))
-	return cmd
 }
 
 // submitFlags are the flags of `jobs submit`.
@@ -88,7 +84,7 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
   orchctl jobs submit --type inference --agent chat --payload-file req.json --job-id req-42 --wait
   generate-payload | orchctl jobs submit --type ingest --agent etl --payload-file - -q`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return g.submit(cmd, &f) },
+		RunE: runWithFlags(g.submit, &f),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.req.Type, "type", "", "job type (one of the server's configured job types)")

@@ -32,7 +32,7 @@ holds every job and no next_cursor. An agent token lists only its own agent's jo
   orchctl jobs list --agent chat --type inference --limit 20
   orchctl jobs list --status pending --all -o json | jq -r '.jobs[].job_id'`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return g.list(cmd, &f) },
+		RunE: runWithFlags(g.list, &f),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.params.Status, "status", "", "only jobs in this state ("+strings.Join(jobStatuses, ", ")+")")

@@ -22,7 +22,7 @@ const (
 var leaseStatuses = []string{client.LeaseActive, client.LeaseReleased, client.LeaseExpired}
 
 func newLeasesCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupCmd(&cobra.Command{
 		Use:   "leases",
 		Short: "List and release leases: the GPU memory and CPU slots jobs and agents hold",
 		Long: `List and release leases.
@@ -32,11 +32,7 @@ column names it); an agent may hold leases of its own (POST /leases) to reserve 
 work outside the orchestrator. A lease moves active → released (given back) or active → expired
 (not renewed within its TTL: its holder is gone, and a job's attempt is retried). Nothing
 brings an ended lease back.`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	cmd.AddCommand(newLeasesListCmd(g), newLeasesReleaseCmd(g))
-	return cmd
+	}, newLeasesListCmd(g), newLeasesReleaseCmd(g))
 }
 
 func newLeasesListCmd(g *globals) *cobra.Command {

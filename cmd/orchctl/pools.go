@@ -23,7 +23,7 @@ func poolLive(status string) bool {
 }
 
 func newPoolsCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupCmd(&cobra.Command{
 		Use:   "pools",
 		Short: "Create, scale, drain and evict worker pools",
 		Long: `Create, inspect, scale, drain and evict worker pools.
@@ -42,12 +42,8 @@ A pool is a named group of workers serving some job types with one model warm. I
 
 The leader's reconciler makes the workers match the pool (pools.reconcile_interval); "orchctl
 control reconcile" runs a pass at once.`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	cmd.AddCommand(newPoolsListCmd(g), newPoolsGetCmd(g), newPoolsCreateCmd(g), newPoolsScaleCmd(g),
+	}, newPoolsListCmd(g), newPoolsGetCmd(g), newPoolsCreateCmd(g), newPoolsScaleCmd(g),
 		newPoolsDrainCmd(g), newPoolsEvictCmd(g))
-	return cmd
 }
 
 func newPoolsListCmd(g *globals) *cobra.Command {

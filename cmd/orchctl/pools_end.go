@@ -11,11 +11,7 @@ import (
 )
 
 func newPoolsDrainCmd(g *globals) *cobra.Command {
-	var (
-		wait bool
-		o    waitOptions
-	)
-	cmd := &cobra.Command{
+	return g.poolEndCmd(&cobra.Command{
 		Use:   "drain POOL_ID [--wait [--wait-timeout 5m]]",
 		Short: "Drain a pool: its workers finish their jobs in flight, then exit",
 		Long: `Drain a pool (POST /workers/pools/{id}/drain): starting|running → draining. Its workers stop
@@ -33,22 +29,11 @@ drained (stopped); 2 API error; 5 --wait-timeout passed first. With -o json the 
 {"pool": {...}, "changed": bool}; with --wait the pool as it is at the end.`,
 		Example: `  orchctl pools drain mistral
   orchctl pools drain mistral --wait --wait-timeout 10m`,
-		Args:              usageArgs(cobra.ExactArgs(1)),
-		ValidArgsFunction: completeFromAPI(g, 1, poolIDs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.endPool(cmd, args[0], wait, o, (*client.Client).DrainPool, poolDrained, "drained (stopped)")
-		},
-	}
-	addWaitFlags(cmd, &wait, &o, "the pool is stopped")
-	return cmd
+	}, drainEnd)
 }
 
 func newPoolsEvictCmd(g *globals) *cobra.Command {
-	var (
-		wait bool
-		o    waitOptions
-	)
-	cmd := &cobra.Command{
+	return g.poolEndCmd(&cobra.Command{
 		Use:   "evict POOL_ID [--wait [--wait-timeout 5m]]",
 		Short: "Force-evict a pool: stop its workers now and retry their jobs elsewhere",
 		Long: `Evict a pool (POST /control/evict_pool): starting|running|draining → evicted, at once. Its
@@ -65,21 +50,43 @@ With --wait, orchctl then waits until the pool has no live worker left. What to 
 (no lease of the pool's jobs), "orchctl jobs list --status running" (none of its jobs).
 Exit codes: 0 evicted (and, with --wait, no live worker); 2 API error; 5 --wait-timeout passed.
 With -o json the one document is {"pool": {...}, "changed": bool}.`,
-		Example:           `  orchctl pools evict mistral --wait`,
-		Args:              usageArgs(cobra.ExactArgs(1)),
-		ValidArgsFunction: completeFromAPI(g, 1, poolIDs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.endPool(cmd, args[0], wait, o, (*client.Client).EvictPool, poolEvicted, "no live worker is left")
-		},
-	}
-	addWaitFlags(cmd, &wait, &o, "the pool has no live worker")
+		Example: `  orchctl pools evict mistral --wait`,
+	}, evictEnd)
+}
+
+// poolEnd is what `pools drain` or `pools evict` does, and the end it waits for.
+type poolEnd struct {
+	act   func(*client.Client, context.Context, string) (client.PoolChange, error)
+	ended func(client.Pool) bool // whether the pool got to the end
+	what  string                 // the end, in the wait's progress: "pool ID is <what>"
+	until string                 // the end, in the help of --wait: "wait until <until>"
+}
+
+// drainEnd and evictEnd are what `pools drain` and `pools evict` do, and the ends they wait for.
+var (
+	drainEnd = poolEnd{act: (*client.Client).DrainPool, ended: poolDrained, what: "drained (stopped)",
+		until: "the pool is stopped"}
+	evictEnd = poolEnd{act: (*client.Client).EvictPool, ended: poolEvicted, what: "no live worker is left",
+		until: "the pool has no live worker"}
+)
+
+// poolEndCmd makes cmd, whose Use, Short, Long and Example are set, `pools drain` or `pools
+// evict` as e says: one POOL_ID (completed from the API) and the --wait flags.
+func (g *globals) poolEndCmd(cmd *cobra.Command, e poolEnd) *cobra.Command {
+	var (
+		wait bool
+		o    waitOptions
+	)
+	cmd.Args = usageArgs(cobra.ExactArgs(1))
+	cmd.ValidArgsFunction = completeFromAPI(g, 1, poolIDs)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return g.endPool(cmd, args[0], wait, o, e) }
+	addWaitFlags(cmd, &wait, &o, e.until)
 	return cmd
 }
 
-// endPool runs a drain or an eviction of one pool, then, with wait, waits until ended says
+// endPool runs a drain or an eviction of one pool, then, with wait, waits until e.ended says
 // the pool got there, and prints the pool.
-func (g *globals) endPool(cmd *cobra.Command, id string, wait bool, o waitOptions,
-	act func(*client.Client, context.Context, string) (client.PoolChange, error), ended func(client.Pool) bool, what string) error {
+func (g *globals) endPool(cmd *cobra.Command, id string, wait bool, o waitOptions, e poolEnd) error {
 	if wait {
 		if err := o.check(cmd); err != nil {
 			return err
@@ -89,20 +96,20 @@ func (g *globals) endPool(cmd *cobra.Command, id string, wait bool, o waitOption
 	if err != nil {
 		return err
 	}
-	change, err := act(c, cmd.Context(), id)
+	change, err := e.act(c, cmd.Context(), id)
 	if err != nil {
 		return err
 	}
 	var waitErr error
 	if wait {
-		waitErr = g.pollState(cmd.Context(), cmd.ErrOrStderr(), o, "pool "+id+" is "+what,
+		waitErr = g.pollState(cmd.Context(), cmd.ErrOrStderr(), o, "pool "+id+" is "+e.what,
 			func(ctx context.Context) (bool, string, error) {
 				p, err := c.GetPool(ctx, id)
 				if err != nil {
 					return false, "", err
 				}
 				change.Pool = p
-				return ended(p), poolProgress(p), nil
+				return e.ended(p), poolProgress(p), nil
 			})
 		var timedOut *exitError
 		if waitErr != nil && !errors.As(waitErr, &timedOut) {

@@ -218,6 +218,21 @@ func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
 	return usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
 }
 
+// groupCmd makes cmd, whose Use, Short and Long are set, the parent of subs: it takes no
+// arguments and, run without a subcommand, prints its help.
+func groupCmd(cmd *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	cmd.Args = usageArgs(cobra.NoArgs)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
+// runWithFlags is the RunE of a command that takes no arguments: it calls run with the command
+// and its flags f.
+func runWithFlags[F any](run func(*cobra.Command, *F) error, f *F) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error { return run(cmd, f) }
+}
+
 // usageArgs wraps a positional-argument check so its failure is a usage error.
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
