@@ -154,7 +154,7 @@ func (c *Controller) decideJob(ctx context.Context, r JobRequest, jt *config.Job
 	if c.cfg.Disabled {
 		return admit(ReasonDisabled, r.Type), nil
 	}
-	gpu := jt.GPUMemoryMB > 0
+	gpu := jt.GPUMemoryMB > 0 || r.GPU
 	if gpu {
 		if d, closed := c.gpuGate(); closed {
 			return d, nil

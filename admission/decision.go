@@ -67,6 +67,9 @@ type JobRequest struct {
 	// IDGenerated says that JobID was made up for this request (the client sent none), so it
 	// names no existing job and a refusal need not look for one.
 	IDGenerated bool
+	// GPU says the submit itself asks for GPU memory (its resources), whatever its type's
+	// default: the GPU gate decides on it too.
+	GPU bool
 }
 
 // LeaseRequest is a lease request to decide on.

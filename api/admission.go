@@ -68,7 +68,7 @@ func (s *Server) decideJob(ctx context.Context, p *engine.SubmitParams) (adm adm
 		p.JobID = engine.NewJobID()
 	}
 	d, err := s.admission.AdmitJob(ctx, admission.JobRequest{Agent: p.Agent, Type: p.Type,
-		JobID: p.JobID, IDGenerated: generated})
+		JobID: p.JobID, IDGenerated: generated, GPU: p.Resources != nil && p.Resources.GPUMemoryMB > 0})
 	if err != nil {
 		return admittedJob{}, nil, err
 	}
@@ -76,7 +76,8 @@ func (s *Server) decideJob(ctx context.Context, p *engine.SubmitParams) (adm adm
 		return admittedJob{}, &d, nil
 	}
 	if d.Routed() {
-		p.Type = d.Type
+		// The fallback is a CPU type: what the submit asked of the GPUs goes with the GPU type.
+		p.Type, p.Resources = d.Type, nil
 	}
 	return admittedJob{s: s, decision: d}, nil, nil
 }

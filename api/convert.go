@@ -15,26 +15,28 @@ import (
 // jobToWire converts a job row to its wire form. Times are shown in UTC.
 func jobToWire(j store.Job) wire.Job {
 	return wire.Job{
-		JobID:       j.ID,
-		Type:        j.Type,
-		Agent:       j.Agent,
-		Payload:     rawOrNil(j.Payload),
-		Status:      string(j.Status),
-		Attempts:    j.Attempts,
-		MaxAttempts: j.MaxAttempts,
-		AvailableAt: j.AvailableAt.UTC(),
-		Enqueued:    j.Enqueued,
-		StreamID:    j.StreamID,
-		OwnerPool:   j.OwnerPool,
-		WorkerID:    j.WorkerID,
-		GPUMemoryMB: j.GPUMemoryMB,
-		Timeout:     wire.Duration(j.Timeout),
-		Result:      rawOrNil(j.Result),
-		LastError:   j.LastError,
-		CreatedAt:   j.CreatedAt.UTC(),
-		UpdatedAt:   j.UpdatedAt.UTC(),
-		StartedAt:   utcPtr(j.StartedAt),
-		FinishedAt:  utcPtr(j.FinishedAt),
+		JobID:        j.ID,
+		Type:         j.Type,
+		Agent:        j.Agent,
+		Payload:      rawOrNil(j.Payload),
+		Status:       string(j.Status),
+		Attempts:     j.Attempts,
+		MaxAttempts:  j.MaxAttempts,
+		AvailableAt:  j.AvailableAt.UTC(),
+		Enqueued:     j.Enqueued,
+		StreamID:     j.StreamID,
+		OwnerPool:    j.OwnerPool,
+		WorkerID:     j.WorkerID,
+		GPUMemoryMB:  j.GPUMemoryMB,
+		GPUs:         j.GPUCount(),
+		GPUExclusive: j.GPUExclusive && j.GPUMemoryMB > 0,
+		Timeout:      wire.Duration(j.Timeout),
+		Result:       rawOrNil(j.Result),
+		LastError:    j.LastError,
+		CreatedAt:    j.CreatedAt.UTC(),
+		UpdatedAt:    j.UpdatedAt.UTC(),
+		StartedAt:    utcPtr(j.StartedAt),
+		FinishedAt:   utcPtr(j.FinishedAt),
 	}
 }
 
@@ -73,7 +75,7 @@ func claimedToWire(jobs []store.Job, leases map[string]store.Lease) []wire.Claim
 		}
 		if l, ok := leases[j.ID]; ok {
 			expires := l.ExpiresAt.UTC()
-			cj.GPUIndex, cj.LeaseTTL, cj.LeaseExpiresAt = l.GPUIndex, wire.Duration(l.TTL), &expires
+			cj.GPUIndex, cj.GPUIndexes, cj.LeaseTTL, cj.LeaseExpiresAt = l.GPUIndex, l.GPUIndexes, wire.Duration(l.TTL), &expires
 			if l.GPUIndex != nil {
 				cj.GPUMemoryMB = l.MemoryMB
 			}

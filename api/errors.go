@@ -28,6 +28,7 @@ const (
 	CodeInternal         = "internal"
 
 	CodeIdempotencyMismatch = "idempotency_mismatch" // a resubmitted job_id with another request (409)
+	CodeUnsatisfiable       = "unsatisfiable"        // no node of the cluster could ever run the job (422)
 )
 
 // Error is an error answer decided by the API layer itself (bad input, auth). Handlers return it
@@ -75,6 +76,7 @@ func ErrorStatus(err error) (status int, code string) {
 	var (
 		apiErr   *Error
 		valErr   *engine.ValidationError
+		unsat    *engine.UnsatisfiableError
 		maxBytes *http.MaxBytesError
 	)
 	switch {
@@ -84,6 +86,8 @@ func ErrorStatus(err error) (status int, code string) {
 		return apiErr.Status, apiErr.Code
 	case errors.As(err, &valErr):
 		return http.StatusBadRequest, CodeInvalidRequest
+	case errors.As(err, &unsat):
+		return http.StatusUnprocessableEntity, CodeUnsatisfiable
 	case errors.As(err, &maxBytes):
 		return http.StatusRequestEntityTooLarge, CodePayloadTooLarge
 	case errors.Is(err, store.ErrNotFound):
@@ -114,12 +118,15 @@ func errorBody(err error, status int, code string) wire.ErrorBody {
 	var (
 		apiErr *Error
 		valErr *engine.ValidationError
+		unsat  *engine.UnsatisfiableError
 	)
 	switch {
 	case errors.As(err, &apiErr):
 		d.Message, d.Field = apiErr.Message, apiErr.Field
 	case errors.As(err, &valErr):
 		d.Message, d.Field = valErr.Message, valErr.Field
+	case errors.As(err, &unsat):
+		d.Message, d.Field = unsat.Message, unsat.Field
 	case status == http.StatusRequestEntityTooLarge:
 		d.Message = "request body is too large"
 		var maxBytes *http.MaxBytesError

@@ -32,6 +32,7 @@ type submitBody struct {
 	Payload     json.RawMessage `json:"payload"`
 	MaxAttempts *int            `json:"max_attempts"`
 	Timeout     json.RawMessage `json:"timeout"`
+	Resources   *wire.Resources `json:"resources"`
 }
 
 // submit handles POST /jobs/submit: 202 for a new job, 200 for a job_id that exists already.
@@ -123,6 +124,9 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 			return p, err
 		}
 		p.Timeout = d
+	}
+	if r := b.Resources; r != nil {
+		p.Resources = &engine.Resources{GPUMemoryMB: r.GPUMemoryMB, GPUs: r.GPUs, Exclusive: r.Exclusive}
 	}
 	return p, nil
 }

@@ -58,7 +58,7 @@ func (s *Server) grantLease(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusCreated, wire.LeaseGrant{Granted: true, Token: l.Token, Mode: string(l.Mode),
-		NodeID: l.NodeID, GPUIndex: l.GPUIndex, MemoryMB: l.MemoryMB, ExpiresAt: l.ExpiresAt.UTC()})
+		NodeID: l.NodeID, GPUIndex: l.GPUIndex, GPUIndexes: l.GPUIndexes, MemoryMB: l.MemoryMB, ExpiresAt: l.ExpiresAt.UTC()})
 }
 
 // grantParams checks a lease request and binds it to the caller.
@@ -219,7 +219,7 @@ func leaseError(err error) error {
 // leaseToWire converts a lease row to its wire form, times in UTC.
 func leaseToWire(l store.Lease) wire.Lease {
 	return wire.Lease{
-		Token: l.Token, Agent: l.Agent, JobID: l.JobID, NodeID: l.NodeID, GPUIndex: l.GPUIndex,
+		Token: l.Token, Agent: l.Agent, JobID: l.JobID, NodeID: l.NodeID, GPUIndex: l.GPUIndex, GPUIndexes: l.GPUIndexes,
 		Mode: string(l.Mode), MemoryMB: l.MemoryMB, Exclusive: l.Exclusive, TTL: wire.Duration(l.TTL),
 		Status: string(l.Status), CreatedAt: l.CreatedAt.UTC(), ExpiresAt: l.ExpiresAt.UTC(),
 		LastHeartbeat: l.LastHeartbeat.UTC(), EndedAt: utcPtr(l.EndedAt), Metadata: rawOrNil(l.Metadata),

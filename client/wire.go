@@ -11,6 +11,8 @@ type (
 	Duration = wire.Duration
 	// SubmitRequest is wire.SubmitRequest.
 	SubmitRequest = wire.SubmitRequest
+	// Resources are what a job asks of the GPUs of one node (SubmitRequest.Resources).
+	Resources = wire.Resources
 	// SubmitResponse is wire.SubmitResponse.
 	SubmitResponse = wire.SubmitResponse
 	// SubmitBatchRequest is wire.SubmitBatchRequest.

@@ -299,3 +299,47 @@ func logLine(p *proc, s string) string {
 	}
 	return ""
 }
+
+// TestLeaseSeveralGPUs: a job that asks for two GPUs of one node runs under one lease of two
+// distinct GPUs of its worker's node and sees both in CUDA_VISIBLE_DEVICES; completion frees
+// both. A job no GPU of the cluster could ever hold is refused at submit with 422.
+func TestLeaseSeveralGPUs(t *testing.T) {
+	t.Parallel()
+	c := newGPUCluster(t)
+	c.startOrchestrator("orchestrator")
+	c.startWorker("pair", "ORCH_NODE_ID=node-pair", "ORCH_SIM_GPUS=2x24576", "ORCH_WORKER_CONCURRENCY=1",
+		"ORCH_WORKER_TYPES=gpu_sleep,gpu_env")
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		gpus, err := c.api.ListGPUs(ctx, "node-pair")
+		return err == nil && len(gpus.GPUs) == 2
+	}, time.Minute, 50*time.Millisecond, "the worker never reported its node's GPUs")
+
+	_, err := c.api.Submit(ctx, client.SubmitRequest{JobID: "pair-1", Type: "gpu_env", Agent: "e2e", Payload: []byte(`{}`),
+		Resources: &client.Resources{GPUs: 2}})
+	require.NoError(t, err)
+	job := c.waitJob("pair-1", time.Minute, func(j client.Job) bool { return j.Status == "done" })
+	require.Equal(t, 2, job.GPUs)
+	var out string
+	require.NoError(t, json.Unmarshal(job.Result, &out))
+	require.Contains(t, out, "CUDA_VISIBLE_DEVICES=0,1\n", "both GPUs of the lease, in NVML's order")
+	ls := c.jobLeases("pair-1")
+	require.Len(t, ls, 1)
+	require.Equal(t, []int{0, 1}, ls[0].GPUIndexes)
+	require.Equal(t, client.LeaseReleased, ls[0].Status)
+	gpus, err := c.api.ListGPUs(ctx, "node-pair")
+	require.NoError(t, err)
+	for _, g := range gpus.GPUs {
+		require.Zero(t, g.MemoryReservedMB, "the release freed GPU %d", g.Index)
+	}
+
+	// The cluster's shape is reread every few seconds: once it holds the node, a request for
+	// more memory than any GPU has is refused at submit.
+	var apiErr *client.APIError
+	require.Eventually(t, func() bool {
+		_, err := c.api.Submit(ctx, client.SubmitRequest{Type: "gpu_env", Agent: "e2e", Payload: []byte(`{}`),
+			Resources: &client.Resources{GPUMemoryMB: 1 << 20}})
+		return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusUnprocessableEntity
+	}, time.Minute, 100*time.Millisecond, "never refused as unsatisfiable")
+	require.Equal(t, "unsatisfiable", apiErr.Code)
+}

@@ -222,6 +222,7 @@ func (e *Engine) leaseParams(job *store.Job, p ClaimParams, attempt int) leases.
 	}
 	if job.GPUMemoryMB > 0 {
 		lp.Mode, lp.MemoryMB = store.LeaseGPU, int64(job.GPUMemoryMB)
+		lp.GPUs, lp.Exclusive = job.GPUCount(), job.GPUExclusive
 	}
 	return lp
 }

@@ -49,13 +49,10 @@ var AgentPattern = ident.Pattern{Min: 1, Max: 128}
 // than publishInTxMin jobs answers first and publishes after, so the returned job is not yet
 // marked enqueued and its entry may come a moment later (FlushMarks waits for it).
 func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, error) {
-	attempts, timeout := explicitFields(p)
-	jt, err := e.validateSubmit(&p)
+	r, err := e.prepare(ctx, p)
 	if err != nil {
 		return store.Job{}, false, err
 	}
-	r := newSubmitReq(ctx, p, jt)
-	r.explicitAttempts, r.explicitTimeout = attempts, timeout
 	e.outbox.Enqueue(r)
 	<-r.done
 	return r.out.Job, r.out.Created, r.out.Err
@@ -65,7 +62,9 @@ func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, e
 type SubmitOutcome struct {
 	Job     store.Job
 	Created bool
-	Err     error // a *ValidationError, a *MismatchError, store.ErrConflict (another agent's id), or a database error
+	// Err is a *ValidationError, an *UnsatisfiableError, a *MismatchError, store.ErrConflict
+	// (another agent's id), or a database error.
+	Err error
 }
 
 // SubmitMany submits jobs as Submit does, each validated on its own: an invalid job is refused
@@ -77,14 +76,11 @@ func (e *Engine) SubmitMany(ctx context.Context, ps []SubmitParams) []SubmitOutc
 	reqs := make([]*submitReq, 0, len(ps))
 	at := make([]int, 0, len(ps))
 	for i := range ps {
-		attempts, timeout := explicitFields(ps[i])
-		jt, err := e.validateSubmit(&ps[i])
+		r, err := e.prepare(ctx, ps[i])
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		r := newSubmitReq(ctx, ps[i], jt)
-		r.explicitAttempts, r.explicitTimeout = attempts, timeout
 		reqs = append(reqs, r)
 		at = append(at, i)
 	}
@@ -251,6 +247,23 @@ func UnknownTypeMessage(cfg *config.Config, name string) string {
 		"the configuration file named by ORCH_CONFIG (see docs/configuration.md#job-types)", name, known)
 }
 
+// prepare validates p, fills in its type's defaults and checks that the cluster could ever
+// place its GPUs; the request remembers which optional fields p named, which a resubmit of its
+// id must repeat (sameRequest).
+func (e *Engine) prepare(ctx context.Context, p SubmitParams) (*submitReq, error) {
+	named := namedFields(p)
+	jt, err := e.validateSubmit(&p)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkSatisfiable(ctx, p.Resources); err != nil {
+		return nil, err
+	}
+	r := newSubmitReq(ctx, p, jt)
+	r.named = named
+	return r, nil
+}
+
 // validateSubmit checks p, fills defaults from the job type and returns the type.
 func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if p.JobID == "" {
@@ -305,6 +318,11 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	case p.Timeout < time.Millisecond || p.Timeout > MaxTimeout:
 		return nil, invalid("timeout", "must be between 1ms and %s", MaxTimeout)
 	}
+	res, err := resourcesOf(p.Resources, jt)
+	if err != nil {
+		return nil, err
+	}
+	p.Resources = &res
 	return jt, nil
 }
 

@@ -24,9 +24,8 @@ type submitReq struct {
 	jt   *config.JobType
 	out  SubmitOutcome
 	done chan struct{}
-	// explicitAttempts and explicitTimeout: the submit named them (not the type's default),
-	// so a resubmit of an existing id compares them (sameRequest).
-	explicitAttempts, explicitTimeout bool
+	// named: the optional fields the submit named (not the type's defaults).
+	named named
 }
 
 func newSubmitReq(ctx context.Context, p SubmitParams, jt *config.JobType) *submitReq {
@@ -46,7 +45,9 @@ func (r *submitReq) insertParams(now time.Time) store.JobInsertParams {
 		Payload:     r.p.Payload,
 		MaxAttempts: r.p.MaxAttempts,
 		AvailableAt: now,
-		GPUMemoryMB: r.jt.GPUMemoryMB,
+		GPUMemoryMB:  r.p.Resources.GPUMemoryMB,
+		GPUs:         r.p.Resources.GPUs,
+		GPUExclusive: r.p.Resources.Exclusive,
 		Timeout:     r.p.Timeout,
 		Now:         now,
 	}

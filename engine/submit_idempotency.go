@@ -44,10 +44,12 @@ func (e *Engine) sameRequest(r *submitReq, job store.Job) error {
 		return mismatch("type", "the job exists with type %q, not %q", job.Type, p.Type)
 	case !SameJSON(job.Payload, p.Payload):
 		return mismatch("payload", "the job exists with another payload")
-	case r.explicitAttempts && job.MaxAttempts != p.MaxAttempts:
+	case r.named.attempts && job.MaxAttempts != p.MaxAttempts:
 		return mismatch("max_attempts", "the job exists with max_attempts %d, not %d", job.MaxAttempts, p.MaxAttempts)
-	case r.explicitTimeout && job.Timeout != p.Timeout:
+	case r.named.timeout && job.Timeout != p.Timeout:
 		return mismatch("timeout", "the job exists with timeout %s, not %s", job.Timeout, p.Timeout)
+	case r.named.resources && ResourcesOf(job) != *p.Resources:
+		return mismatch("resources", "the job exists with resources %+v, not %+v", ResourcesOf(job), *p.Resources)
 	}
 	return nil
 }
@@ -153,8 +155,10 @@ func significantDigits(n string) int {
 	return len(digits)
 }
 
-// explicitFields records which optional fields a submit named before validateSubmit fills in
-// the type's defaults.
-func explicitFields(p SubmitParams) (attempts, timeout bool) {
-	return p.MaxAttempts != 0, p.Timeout != time.Duration(0)
+// named are the optional fields a submit named, recorded before validateSubmit fills in the
+// type's defaults: a resubmit of the job's id compares those (sameRequest).
+type named struct{ attempts, timeout, resources bool }
+
+func namedFields(p SubmitParams) named {
+	return named{attempts: p.MaxAttempts != 0, timeout: p.Timeout != time.Duration(0), resources: p.Resources != nil}
 }

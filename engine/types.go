@@ -15,7 +15,10 @@ type SubmitParams struct {
 	Payload     json.RawMessage
 	MaxAttempts int           // 0: the type's default
 	Timeout     time.Duration // 0: the type's default
-	Actor       string        // audit actor, e.g. "agent:NAME"
+	// Resources are what the job asks of the GPUs (nil: its type's; see Resources). Submit
+	// fills it in with what the job gets.
+	Resources *Resources
+	Actor     string // audit actor, e.g. "agent:NAME"
 
 	// PayloadChecked says the caller decoded Payload from JSON already (the API's decoder
 	// does), so Submit does not scan it once more to check it: with large payloads each scan

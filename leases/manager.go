@@ -76,6 +76,7 @@ type Manager struct {
 	now    func() time.Time
 	log    *slog.Logger
 	nodeID string
+	shape  shape // the cluster's GPUs, for Unsatisfiable
 }
 
 // New returns a Manager over st. It fails on an invalid configuration.
@@ -115,8 +116,10 @@ type GrantParams struct {
 	JobID  string // a worker's lease of a claimed job; empty for an agent's own lease
 	NodeID string // empty: this orchestrator's node
 	Mode   store.LeaseMode
-	// MemoryMB is the GPU memory needed (gpu), or informational (cpu).
-	MemoryMB  int64
+	// MemoryMB is the GPU memory needed on each GPU (gpu), or informational (cpu).
+	MemoryMB int64
+	// GPUs is how many distinct GPUs of the node a gpu lease holds (0 counts as 1).
+	GPUs      int
 	Exclusive bool
 	TTL       time.Duration // 0: the configured default
 	Metadata  json.RawMessage
@@ -141,11 +144,11 @@ func (m *Manager) Prepare(node *NodeLock, p GrantParams, now time.Time) (store.L
 	if node == nil || node.nodeID != l.NodeID {
 		return store.Lease{}, fmt.Errorf("prepare gpu lease on node %s: the node is not locked", l.NodeID)
 	}
-	gpu, reserve, err := node.Place(Request{MemoryMB: p.MemoryMB, Exclusive: p.Exclusive})
+	gpus, reserve, err := node.Place(Request{MemoryMB: p.MemoryMB, GPUs: p.GPUs, Exclusive: p.Exclusive})
 	if err != nil {
 		return store.Lease{}, err
 	}
-	l.GPUIndex, l.MemoryMB, l.Exclusive = &gpu, reserve, p.Exclusive
+	l.GPUIndex, l.GPUIndexes, l.MemoryMB, l.Exclusive = &gpus[0], gpus, reserve, p.Exclusive
 	return l, nil
 }
 

@@ -1,8 +1,11 @@
 package leases
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/gpuorch/orchestrator/store"
@@ -21,12 +24,14 @@ func FreeMB(g store.GPUCapacity, marginMB int64) int64 {
 	return g.MemoryTotalMB - max(g.MemoryUsedMB, g.ReservedMB) - marginMB
 }
 
-// Request is what a gpu lease asks of one GPU.
+// Request is what a gpu lease asks of the GPUs of one node.
 type Request struct {
-	// MemoryMB is the memory needed (at least 1).
+	// MemoryMB is the memory needed on each GPU (at least 1).
 	MemoryMB int64
-	// Exclusive asks for a whole GPU: one with no other lease, whose grantable memory (total −
-	// margin) is then reserved in full, so that nothing else fits beside it.
+	// GPUs is how many distinct GPUs of the node are needed (0 counts as 1).
+	GPUs int
+	// Exclusive asks for whole GPUs: ones with no other lease, whose grantable memory (total −
+	// margin) is then reserved in full, so that nothing else fits beside the lease.
 	Exclusive bool
 }
 
@@ -84,14 +89,16 @@ func newNodeLock(nodeID string, gpus []store.GPUCapacity, now time.Time, cfg Con
 	return n
 }
 
-// Place picks the GPU for r (best fit: the eligible GPU with the least free memory that still
-// fits, the lowest index on a tie), records the reservation in memory, and returns the GPU and
-// the memory to reserve. It returns a *DenialError when no GPU can take r now.
-func (n *NodeLock) Place(r Request) (gpuIndex int, reserveMB int64, err error) {
+// Place picks the GPUs for r (best fit: the eligible GPUs with the least free memory that
+// still fits, the lowest index on a tie), records the reservations in memory, and returns the
+// GPUs and the memory reserved on each. It returns a *DenialError when the node cannot take r
+// now.
+func (n *NodeLock) Place(r Request) (gpuIndexes []int, reserveMB int64, err error) {
 	if n.denial != nil {
-		return 0, 0, n.denial
+		return nil, 0, n.denial
 	}
-	best, bestFree := -1, int64(0)
+	want := max(r.GPUs, 1)
+	var fits []int // positions in n.gpus
 	mostFree, mostFreeAt := int64(-1), -1
 	for i, g := range n.gpus {
 		if !n.fresh[i] || g.Lost || g.Exclusive || (r.Exclusive && g.Leases > 0) {
@@ -101,31 +108,57 @@ func (n *NodeLock) Place(r Request) (gpuIndex int, reserveMB int64, err error) {
 		if free > mostFree {
 			mostFree, mostFreeAt = free, g.Index
 		}
-		if free >= r.MemoryMB && (best < 0 || free < bestFree) {
-			best, bestFree = i, free
+		if free >= r.MemoryMB {
+			fits = append(fits, i)
 		}
 	}
-	if best < 0 {
-		kind := "GPU"
-		if r.Exclusive {
-			kind = "unshared GPU"
-		}
-		if mostFreeAt < 0 {
-			return 0, 0, deny(ReasonNoCapacity, n.nodeID, "node %q has no fresh %s to place on", n.nodeID, kind)
-		}
-		return 0, 0, deny(ReasonNoCapacity, n.nodeID,
-			"no %s of node %q has %d MB free (after the %d MB safety margin); the most is %d MB on GPU %d",
-			kind, n.nodeID, r.MemoryMB, n.margin, max(mostFree, 0), mostFreeAt)
+	if len(fits) < want {
+		return nil, 0, n.deny(r, want, len(fits), mostFree, mostFreeAt)
 	}
-	g := &n.gpus[best]
+	slices.SortStableFunc(fits, func(a, b int) int { // n.gpus is in index order already
+		return cmp.Compare(FreeMB(n.gpus[a], n.margin), FreeMB(n.gpus[b], n.margin))
+	})
+	fits = fits[:want]
 	reserve := r.MemoryMB
 	if r.Exclusive {
-		reserve = max(r.MemoryMB, g.MemoryTotalMB-n.margin-g.ReservedMB)
-		g.Exclusive = true
+		// The whole of each GPU, as far as the smallest of them allows: the reservation is one
+		// number per lease.
+		reserve = math.MaxInt64
+		for _, i := range fits {
+			g := n.gpus[i]
+			reserve = min(reserve, g.MemoryTotalMB-n.margin-g.ReservedMB)
+		}
+		reserve = max(reserve, r.MemoryMB)
 	}
-	g.ReservedMB += reserve
-	g.Leases++
-	return g.Index, reserve, nil
+	gpuIndexes = make([]int, 0, want)
+	for _, i := range fits {
+		g := &n.gpus[i]
+		g.ReservedMB += reserve
+		g.Leases++
+		g.Exclusive = g.Exclusive || r.Exclusive
+		gpuIndexes = append(gpuIndexes, g.Index)
+	}
+	return gpuIndexes, reserve, nil
+}
+
+// deny says why r does not fit: fits of the want GPUs it needs have room, and the most free
+// memory on one GPU is mostFree, on GPU mostFreeAt (-1: no fresh GPU at all).
+func (n *NodeLock) deny(r Request, want, fits int, mostFree int64, mostFreeAt int) *DenialError {
+	kind := "GPU"
+	if r.Exclusive {
+		kind = "unshared GPU"
+	}
+	switch {
+	case mostFreeAt < 0:
+		return deny(ReasonNoCapacity, n.nodeID, "node %q has no fresh %s to place on", n.nodeID, kind)
+	case want > 1:
+		return deny(ReasonNoCapacity, n.nodeID,
+			"needs %d %ss with %d MB free each (after the %d MB safety margin); node %q has %d; the most on one is %d MB on GPU %d",
+			want, kind, r.MemoryMB, n.margin, n.nodeID, fits, max(mostFree, 0), mostFreeAt)
+	}
+	return deny(ReasonNoCapacity, n.nodeID,
+		"no %s of node %q has %d MB free (after the %d MB safety margin); the most is %d MB on GPU %d",
+		kind, n.nodeID, r.MemoryMB, n.margin, max(mostFree, 0), mostFreeAt)
 }
 
 func maxTime(a, b time.Time) time.Time {

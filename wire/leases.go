@@ -56,22 +56,26 @@ type LeaseRequest struct {
 // LeaseGrant answers a granted POST /leases (201). A denial is a 409 whose ErrorDetail.Code is
 // CodeNoCapacity, CodeNodeUnknown or CodeTelemetryStale.
 type LeaseGrant struct {
-	Granted   bool      `json:"granted"`
-	Token     string    `json:"token"`
-	Mode      string    `json:"mode"`
-	NodeID    string    `json:"node_id"`
-	GPUIndex  *int      `json:"gpu_index"`
-	MemoryMB  int64     `json:"memory_mb"`
-	ExpiresAt time.Time `json:"expires_at"`
+	Granted  bool   `json:"granted"`
+	Token    string `json:"token"`
+	Mode     string `json:"mode"`
+	NodeID   string `json:"node_id"`
+	GPUIndex *int   `json:"gpu_index"`
+	// GPUIndexes are all the GPUs of a gpu lease, GPUIndex first.
+	GPUIndexes []int     `json:"gpu_indexes,omitempty"`
+	MemoryMB   int64     `json:"memory_mb"`
+	ExpiresAt  time.Time `json:"expires_at"`
 }
 
 // Lease is a lease as the API shows it.
 type Lease struct {
-	Token         string          `json:"token"`
-	Agent         string          `json:"agent"`
-	JobID         string          `json:"job_id,omitempty"`
-	NodeID        string          `json:"node_id"`
-	GPUIndex      *int            `json:"gpu_index"`
+	Token    string `json:"token"`
+	Agent    string `json:"agent"`
+	JobID    string `json:"job_id,omitempty"`
+	NodeID   string `json:"node_id"`
+	GPUIndex *int   `json:"gpu_index"`
+	// GPUIndexes are all the GPUs of a gpu lease, GPUIndex first; MemoryMB is reserved on each.
+	GPUIndexes    []int           `json:"gpu_indexes,omitempty"`
 	Mode          string          `json:"mode"`
 	MemoryMB      int64           `json:"memory_mb"`
 	Exclusive     bool            `json:"exclusive,omitempty"`

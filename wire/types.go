@@ -56,6 +56,19 @@ type SubmitRequest struct {
 	MaxAttempts *int `json:"max_attempts,omitempty"`
 	// Timeout overrides the type's per-attempt run-time limit.
 	Timeout *Duration `json:"timeout,omitempty"`
+	// Resources override what the type asks of the GPUs.
+	Resources *Resources `json:"resources,omitempty"`
+}
+
+// Resources are what a job asks of the GPUs of one node. In a submit, a field left out takes
+// the type's default (job_types.<type>.gpu_memory_mb on one shared GPU).
+type Resources struct {
+	// GPUMemoryMB is the memory needed on each GPU, in MB (1..4194304); 0 or absent: the type's.
+	GPUMemoryMB int `json:"gpu_memory_mb,omitempty"`
+	// GPUs is how many distinct GPUs of one node the job needs (1..8); absent: 1.
+	GPUs int `json:"gpus,omitempty"`
+	// Exclusive asks for GPUs that nothing else is placed on while the job holds them.
+	Exclusive bool `json:"exclusive,omitempty"`
 }
 
 // SubmitResponse is the answer to a submit: 202 for a new job, 200 for an existing job_id.
@@ -123,13 +136,17 @@ type Job struct {
 	OwnerPool   string          `json:"owner_pool,omitempty"`
 	WorkerID    string          `json:"worker_id,omitempty"`
 	GPUMemoryMB int             `json:"gpu_memory_mb"`
-	Timeout     Duration        `json:"timeout"`
-	Result      json.RawMessage `json:"result,omitempty"`
-	LastError   string          `json:"last_error,omitempty"`
-	CreatedAt   time.Time       `json:"created_at"`
-	UpdatedAt   time.Time       `json:"updated_at"`
-	StartedAt   *time.Time      `json:"started_at,omitempty"`
-	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	// GPUs and GPUExclusive: the job's GPUs of one node (0 for a CPU job), and whether it holds
+	// them alone; GPUMemoryMB is needed on each.
+	GPUs         int             `json:"gpus,omitempty"`
+	GPUExclusive bool            `json:"gpu_exclusive,omitempty"`
+	Timeout      Duration        `json:"timeout"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	LastError    string          `json:"last_error,omitempty"`
+	CreatedAt    time.Time       `json:"created_at"`
+	UpdatedAt    time.Time       `json:"updated_at"`
+	StartedAt    *time.Time      `json:"started_at,omitempty"`
+	FinishedAt   *time.Time      `json:"finished_at,omitempty"`
 }
 
 // JobList is a page of GET /jobs. NextCursor is empty on the last page.
@@ -171,7 +188,10 @@ type ClaimedJob struct {
 	Timeout    Duration        `json:"timeout"`
 	LeaseToken string          `json:"lease_token,omitempty"`
 	GPUIndex   *int            `json:"gpu_index,omitempty"`
-	// GPUMemoryMB is what the gpu lease reserves on GPUIndex.
+	// GPUIndexes are all the GPUs of the lease, GPUIndex first (several for a job that asked
+	// for more than one); CUDA_VISIBLE_DEVICES lists them.
+	GPUIndexes []int `json:"gpu_indexes,omitempty"`
+	// GPUMemoryMB is what the gpu lease reserves on each of its GPUs.
 	GPUMemoryMB int64 `json:"gpu_memory_mb,omitempty"`
 	// LeaseTTL is the lease's time to live: the worker renews it every third of it.
 	LeaseTTL Duration `json:"lease_ttl,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,15 +33,19 @@ type Job struct {
 	Timeout time.Duration
 	// LeaseToken is the lease the job runs under (empty when the API granted none).
 	LeaseToken string
-	// GPUIndex is the GPU of the lease on this node; nil for a CPU job.
+	// GPUIndex is the (first) GPU of the lease on this node; nil for a CPU job.
 	GPUIndex *int
+	// GPUIndexes are all the GPUs of the lease, GPUIndex first (several for a job that asked
+	// for more than one).
+	GPUIndexes []int
 	// Env is what a handler that starts a process must add to its environment: ORCH_JOB_ID,
 	// ORCH_JOB_ATTEMPT, and with a lease ORCH_LEASE_TOKEN and CUDA_VISIBLE_DEVICES.
 	Env map[string]string
 }
 
 // JobEnv returns the environment a job's process gets from the runtime. CUDA_VISIBLE_DEVICES is
-// set to the leased GPU (with CUDA_DEVICE_ORDER=PCI_BUS_ID, the order of the lease's NVML index),
+// set to the leased GPUs, comma-separated ("0,3"; with CUDA_DEVICE_ORDER=PCI_BUS_ID, the order
+// of the lease's NVML indexes),
 // and to "" (no GPU visible) for a job leased as a CPU job, so a process can never use a GPU it
 // holds no lease on.
 func JobEnv(j Job) map[string]string {
@@ -52,13 +57,26 @@ func JobEnv(j Job) map[string]string {
 		env["ORCH_LEASE_TOKEN"] = j.LeaseToken
 		env["CUDA_VISIBLE_DEVICES"] = ""
 	}
-	if j.GPUIndex != nil {
-		env["CUDA_VISIBLE_DEVICES"] = strconv.Itoa(*j.GPUIndex)
+	if gpus := leasedGPUs(j); len(gpus) > 0 {
+		env["CUDA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")
 		// Lease indexes are NVML's, which follow the PCI bus; CUDA's default order is
 		// fastest first, which may number the same GPUs differently.
 		env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 	}
 	return env
+}
+
+// leasedGPUs are the NVML indexes of j's lease, as text.
+func leasedGPUs(j Job) []string {
+	indexes := j.GPUIndexes
+	if len(indexes) == 0 && j.GPUIndex != nil {
+		indexes = []int{*j.GPUIndex} // an orchestrator that names one GPU only
+	}
+	out := make([]string, len(indexes))
+	for i, g := range indexes {
+		out[i] = strconv.Itoa(g)
+	}
+	return out
 }
 
 // Handler runs one job. It must return when ctx ends (timeout, cancellation by an operator, or
