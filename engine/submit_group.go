@@ -39,17 +39,17 @@ func (r *submitReq) finish(out SubmitOutcome) {
 
 func (r *submitReq) insertParams(now time.Time) store.JobInsertParams {
 	return store.JobInsertParams{
-		ID:          r.p.JobID,
-		Type:        r.p.Type,
-		Agent:       r.p.Agent,
-		Payload:     r.p.Payload,
-		MaxAttempts: r.p.MaxAttempts,
-		AvailableAt: now,
+		ID:           r.p.JobID,
+		Type:         r.p.Type,
+		Agent:        r.p.Agent,
+		Payload:      r.p.Payload,
+		MaxAttempts:  r.p.MaxAttempts,
+		AvailableAt:  now,
 		GPUMemoryMB:  r.p.Resources.GPUMemoryMB,
 		GPUs:         r.p.Resources.GPUs,
 		GPUExclusive: r.p.Resources.Exclusive,
-		Timeout:     r.p.Timeout,
-		Now:         now,
+		Timeout:      r.p.Timeout,
+		Now:          now,
 	}
 }
 
