@@ -54,6 +54,7 @@ type submitFlags struct {
 	payloadFile string
 	maxAttempts int
 	timeout     time.Duration
+	resources   client.Resources
 	quiet       bool
 	wait        bool
 	waitOpts    waitOptions
@@ -74,7 +75,10 @@ second job but reports the existing one ("exists") with its current status. With
 orchestrator generates an id.
 
 --max-attempts and --timeout override the job type's attempt budget and per-attempt run-time
-limit. --quiet prints only the job id (for JOB=$(orchctl jobs submit ... -q)).
+limit. --gpus, --gpu-memory-mb and --exclusive override what the type asks of the GPUs: that
+many distinct GPUs of one node, that much memory on each, held alone; a request no node of the
+cluster could ever place is refused (unsatisfiable). --quiet prints only the job id (for
+JOB=$(orchctl jobs submit ... -q)).
 
 With --wait, orchctl then waits for the job like "jobs wait" (--poll, --wait-timeout) and exits
 with its exit codes: 0 done, 3 dead_letter, 4 cancelled, 5 timed out. With -o json and --wait,
@@ -82,6 +86,7 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 ({"job_id", "status", "created"}).`,
 		Example: `  orchctl jobs submit --type noop --agent ops --payload '{"n": 1}'
   orchctl jobs submit --type inference --agent chat --payload-file req.json --job-id req-42 --wait
+  orchctl jobs submit --type train --agent ml --gpus 2 --gpu-memory-mb 60000 --exclusive
   generate-payload | orchctl jobs submit --type ingest --agent etl --payload-file - -q`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: runWithFlags(g.submit, &f),
@@ -94,6 +99,9 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 	fl.StringVar(&f.req.JobID, "job-id", "", "stable job id (A-Z a-z 0-9 . _ : -, at most 128); a repeat reports the existing job")
 	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "attempt budget (default: the job type's)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "per-attempt run-time limit (default: the job type's)")
+	fl.IntVar(&f.resources.GPUs, "gpus", 0, "GPUs of one node the job needs, 1..8 (default: the job type's, one)")
+	fl.IntVar(&f.resources.GPUMemoryMB, "gpu-memory-mb", 0, "GPU memory the job needs on each GPU, in MB (default: the job type's)")
+	fl.BoolVar(&f.resources.Exclusive, "exclusive", false, "hold the GPUs alone: nothing else is placed on them")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the job id")
 	fl.BoolVar(&f.wait, "wait", false, "wait until the job is finished (exit codes as jobs wait)")
 	fl.DurationVar(&f.waitOpts.poll, "poll", pollDefault, "with --wait: time between polls")
@@ -118,6 +126,10 @@ func (g *globals) submit(cmd *cobra.Command, f *submitFlags) error {
 	if cmd.Flags().Changed("timeout") {
 		d := client.Duration(f.timeout)
 		req.Timeout = &d
+	}
+	if fl := cmd.Flags(); fl.Changed("gpus") || fl.Changed("gpu-memory-mb") || fl.Changed("exclusive") {
+		r := f.resources
+		req.Resources = &r
 	}
 	if f.wait {
 		if err := f.waitOpts.check(cmd); err != nil {

@@ -30,6 +30,19 @@ func TestJobsSubmit(t *testing.T) {
 		require.Equal(t, 45*time.Second, job.Timeout)
 	})
 
+	t.Run("Resources", func(t *testing.T) {
+		t.Parallel()
+		b.runOK(t, "jobs", "submit", "--type", "noop", "--agent", "ops", "--job-id", "submit-gpus",
+			"--gpus", "2", "--gpu-memory-mb", "1000", "--exclusive")
+		job := b.get(t, "submit-gpus")
+		require.Equal(t, 1000, job.GPUMemoryMB)
+		require.Equal(t, 2, job.GPUs)
+		require.True(t, job.GPUExclusive)
+		r := b.run(t, "jobs", "submit", "--type", "noop", "--agent", "ops", "--gpus", "2")
+		require.NotEqual(t, exitOK, r.code)
+		require.Contains(t, r.stderr, "resources.gpu_memory_mb", "%s", r)
+	})
+
 	t.Run("PayloadFromStdin", func(t *testing.T) {
 		t.Parallel()
 		r := orchctl(t, `{"from": "stdin", "list": [1, 2]}`, "--api-url", b.url, "--token", b.admin,
