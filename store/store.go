@@ -106,22 +106,22 @@ type Job struct {
 	GPUExclusive bool
 	Timeout      time.Duration
 	Result       json.RawMessage
-	LastError   string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	StartedAt   *time.Time
-	FinishedAt  *time.Time
+	LastError    string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	StartedAt    *time.Time
+	FinishedAt   *time.Time
 }
 
 // JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
 // attempts 0 and the timestamps to Now.
 type JobInsertParams struct {
-	ID          string
-	Type        string
-	Agent       string
-	Payload     json.RawMessage
-	MaxAttempts int
-	AvailableAt time.Time
+	ID           string
+	Type         string
+	Agent        string
+	Payload      json.RawMessage
+	MaxAttempts  int
+	AvailableAt  time.Time
 	GPUMemoryMB  int
 	GPUs         int
 	GPUExclusive bool

@@ -47,7 +47,7 @@ func NewJob(p store.JobInsertParams) store.Job {
 		ID: p.ID, Type: p.Type, Agent: p.Agent, Payload: payload,
 		Status: store.JobPending, MaxAttempts: p.MaxAttempts, AvailableAt: avail,
 		GPUMemoryMB: p.GPUMemoryMB, GPUs: p.GPUs, GPUExclusive: p.GPUExclusive,
-		Timeout: p.Timeout.Truncate(time.Millisecond),
+		Timeout:   p.Timeout.Truncate(time.Millisecond),
 		CreatedAt: now, UpdatedAt: now,
 	}
 }
