@@ -42,7 +42,8 @@ func DefaultRequirementMB(cfg *config.Config) int64 {
 // and room for the default requirement), and per GPU (node_id, gpu_index) the memory used, the
 // utilization and the age of the telemetry. A lost GPU reports its age only.
 type GPUs struct {
-	reg       *Registry
+	leases    *Scrape
+	gpus      *Scrape
 	counter   LeaseCounter
 	lister    GPULister
 	minFreeMB int64
@@ -58,13 +59,13 @@ type GPUs struct {
 func NewGPUs(reg *Registry, counter LeaseCounter, lister GPULister, minFreeMB int64) *GPUs {
 	gpu := []string{"node_id", "gpu_index"}
 	return &GPUs{
-		reg: reg, counter: counter, lister: lister, minFreeMB: max(minFreeMB, 1),
-		active: newDesc("leases_active", "Active leases, by mode (gpu or cpu), read at scrape time.", "mode"),
-		free: newDesc("leases_free",
+		leases: reg.Scrape("leases"), gpus: reg.Scrape("gpus"), counter: counter, lister: lister, minFreeMB: max(minFreeMB, 1),
+		active: NewDesc("leases_active", "Active leases, by mode (gpu or cpu), read at scrape time.", "mode"),
+		free: NewDesc("leases_free",
 			"GPUs with fresh telemetry and room (total − max(used, reserved) − safety margin) for the smallest GPU job type."),
-		memUsed: newDesc("gpu_mem_used_pct", "GPU memory used, in percent of the total, as the node last reported it.", gpu...),
-		util:    newDesc("gpu_utilization_pct", "GPU utilization in percent, as the node last reported it.", gpu...),
-		age: newDesc("gpu_telemetry_age_seconds",
+		memUsed: NewDesc("gpu_mem_used_pct", "GPU memory used, in percent of the total, as the node last reported it.", gpu...),
+		util:    NewDesc("gpu_utilization_pct", "GPU utilization in percent, as the node last reported it.", gpu...),
+		age: NewDesc("gpu_telemetry_age_seconds",
 			"Time since the GPU's telemetry was last received; past leases.telemetry_freshness, placement skips the GPU.", gpu...),
 	}
 }
@@ -78,24 +79,24 @@ func (g *GPUs) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector. The two reads fail independently.
 func (g *GPUs) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := scrapeContext()
+	ctx, cancel := ScrapeContext()
 	defer cancel()
 	if counts, err := g.counter.LeaseCountActive(ctx); err != nil {
-		g.reg.failed(ch, "leases", err, g.active)
+		g.leases.Failed(ch, err, g.active)
 	} else {
 		for _, m := range []store.LeaseMode{store.LeaseGPU, store.LeaseCPU} {
-			gauge(ch, g.active, float64(counts[m]), string(m))
+			Gauge(ch, g.active, float64(counts[m]), string(m))
 		}
 	}
 	gpus, err := g.lister.GPUs(ctx, "")
 	if err != nil {
-		g.reg.failed(ch, "gpus", err, g.free, g.memUsed, g.util, g.age)
+		g.gpus.Failed(ch, err, g.free, g.memUsed, g.util, g.age)
 		return
 	}
 	free := 0
 	for _, s := range gpus {
 		node, idx := s.NodeID, strconv.Itoa(s.Index)
-		gauge(ch, g.age, s.Age.Seconds(), node, idx)
+		Gauge(ch, g.age, s.Age.Seconds(), node, idx)
 		if s.Lost {
 			continue
 		}
@@ -103,11 +104,11 @@ func (g *GPUs) Collect(ch chan<- prometheus.Metric) {
 			free++
 		}
 		if s.MemoryTotalMB > 0 {
-			gauge(ch, g.memUsed, 100*float64(s.MemoryUsedMB)/float64(s.MemoryTotalMB), node, idx)
+			Gauge(ch, g.memUsed, 100*float64(s.MemoryUsedMB)/float64(s.MemoryTotalMB), node, idx)
 		}
 		if s.UtilizationPct >= 0 {
-			gauge(ch, g.util, float64(s.UtilizationPct), node, idx)
+			Gauge(ch, g.util, float64(s.UtilizationPct), node, idx)
 		}
 	}
-	gauge(ch, g.free, float64(free))
+	Gauge(ch, g.free, float64(free))
 }

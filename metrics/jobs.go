@@ -7,10 +7,6 @@ import (
 	"github.com/gpuorch/orchestrator/store"
 )
 
-// JobDurationBuckets are the buckets of the job wait and run histograms, in seconds: from
-// 10 ms (a no-op job on an idle cluster) to two hours (a long training step).
-var JobDurationBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}
-
 // Jobs are the job counters and histograms. The engine feeds them through engine.Observer at
 // each committed transition, so every orchestrator instance counts the transitions it made:
 // sum over instances for the cluster's figures.

@@ -22,8 +22,8 @@ type Leader struct {
 func NewLeader(src Leadership) *Leader {
 	return &Leader{
 		src:    src,
-		leader: newDesc("is_leader", "1 when this orchestrator instance is the leader, else 0."),
-		term:   newDesc("leader_term", "The leadership term this instance leads in; 0 when it does not lead."),
+		leader: NewDesc("is_leader", "1 when this orchestrator instance is the leader, else 0."),
+		term:   NewDesc("leader_term", "The leadership term this instance leads in; 0 when it does not lead."),
 	}
 }
 
@@ -45,6 +45,6 @@ func (l *Leader) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		term = 0
 	}
-	gauge(ch, l.leader, v)
-	gauge(ch, l.term, float64(term))
+	Gauge(ch, l.leader, v)
+	Gauge(ch, l.term, float64(term))
 }

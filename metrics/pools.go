@@ -24,7 +24,7 @@ var workerStatuses = []store.WorkerStatus{store.WorkerIdle, store.WorkerExecutin
 // for every pool that is not stopped or evicted gpu_orchestrator_worker_pool_workers{pool_id}
 // (its workers that are not offline) and gpu_orchestrator_worker_pool_desired_workers{pool_id}.
 type Pools struct {
-	reg     *Registry
+	scrape  *Scrape
 	src     PoolLister
 	pools   *prometheus.Desc
 	workers *prometheus.Desc
@@ -35,12 +35,12 @@ type Pools struct {
 // NewPools returns the pools collector.
 func NewPools(reg *Registry, src PoolLister) *Pools {
 	return &Pools{
-		reg: reg, src: src,
-		pools:   newDesc("worker_pools_total", "Worker pools, by status, read at scrape time.", "status"),
-		workers: newDesc("workers", "Registered workers, by status (offline: silent past the heartbeat timeout).", "status"),
-		live: newDesc("worker_pool_workers",
+		scrape: reg.Scrape("pools"), src: src,
+		pools:   NewDesc("worker_pools_total", "Worker pools, by status, read at scrape time.", "status"),
+		workers: NewDesc("workers", "Registered workers, by status (offline: silent past the heartbeat timeout).", "status"),
+		live: NewDesc("worker_pool_workers",
 			"Workers of a pool that are not offline, for pools that are starting, running or draining.", "pool_id"),
-		desired: newDesc("worker_pool_desired_workers",
+		desired: NewDesc("worker_pool_desired_workers",
 			"Workers a pool asks for, for pools that are starting, running or draining.", "pool_id"),
 	}
 }
@@ -54,16 +54,16 @@ func (p *Pools) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (p *Pools) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := scrapeContext()
+	ctx, cancel := ScrapeContext()
 	defer cancel()
 	pools, err := p.src.PoolList(ctx)
 	if err != nil {
-		p.reg.failed(ch, "pools", err, p.pools, p.workers, p.live, p.desired)
+		p.scrape.Failed(ch, err, p.pools, p.workers, p.live, p.desired)
 		return
 	}
 	workers, err := p.src.WorkerList(ctx, "", true)
 	if err != nil {
-		p.reg.failed(ch, "pools", err, p.pools, p.workers, p.live, p.desired)
+		p.scrape.Failed(ch, err, p.pools, p.workers, p.live, p.desired)
 		return
 	}
 	byStatus := map[store.PoolStatus]int{}
@@ -71,7 +71,7 @@ func (p *Pools) Collect(ch chan<- prometheus.Metric) {
 		byStatus[pl.Status]++
 	}
 	for _, s := range store.PoolStatuses {
-		gauge(ch, p.pools, float64(byStatus[s]), string(s))
+		Gauge(ch, p.pools, float64(byStatus[s]), string(s))
 	}
 	wByStatus := map[store.WorkerStatus]int{}
 	live := map[string]int{}
@@ -82,12 +82,12 @@ func (p *Pools) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, s := range workerStatuses {
-		gauge(ch, p.workers, float64(wByStatus[s]), string(s))
+		Gauge(ch, p.workers, float64(wByStatus[s]), string(s))
 	}
 	for _, pl := range pools {
 		if pl.Status.Live() || pl.Status == store.PoolDraining {
-			gauge(ch, p.live, float64(live[pl.ID]), pl.ID)
-			gauge(ch, p.desired, float64(pl.DesiredWorkers), pl.ID)
+			Gauge(ch, p.live, float64(live[pl.ID]), pl.ID)
+			Gauge(ch, p.desired, float64(pl.DesiredWorkers), pl.ID)
 		}
 	}
 }

@@ -32,7 +32,7 @@ func GroupsOf(cfg *config.Config) []streams.GroupRef {
 // acknowledged). One pipelined XINFO GROUPS per scrape (and, where the lag Redis reports
 // cannot be trusted, a bounded count of the undelivered entries: streams.GroupStats).
 type Queues struct {
-	reg    *Registry
+	scrape *Scrape
 	src    GroupStatsReader
 	groups []streams.GroupRef
 	depth  *prometheus.Desc
@@ -43,10 +43,10 @@ type Queues struct {
 // reg.
 func NewQueues(reg *Registry, src GroupStatsReader, groups []streams.GroupRef) *Queues {
 	return &Queues{
-		reg: reg, src: src, groups: groups,
-		depth: newDesc("job_queue_depth",
+		scrape: reg.Scrape("queues"), src: src, groups: groups,
+		depth: NewDesc("job_queue_depth",
 			"Entries of a job stream not yet delivered to its consumer group (the group's lag), read at scrape time.", "stream"),
-		pel: newDesc("job_pending_entries",
+		pel: NewDesc("job_pending_entries",
 			"Entries of a job stream delivered to a worker but not yet acknowledged (the group's PEL), read at scrape time.", "stream"),
 	}
 }
@@ -60,15 +60,15 @@ func (q *Queues) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector. A stream or group that does not exist yet reports
 // 0: nothing waits on it.
 func (q *Queues) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := scrapeContext()
+	ctx, cancel := ScrapeContext()
 	defer cancel()
 	stats, err := q.src.GroupStats(ctx, q.groups)
 	if err != nil {
-		q.reg.failed(ch, "queues", err, q.depth, q.pel)
+		q.scrape.Failed(ch, err, q.depth, q.pel)
 		return
 	}
 	for _, s := range stats {
-		gauge(ch, q.depth, float64(s.Lag), s.Stream)
-		gauge(ch, q.pel, float64(s.Pending), s.Stream)
+		Gauge(ch, q.depth, float64(s.Lag), s.Stream)
+		Gauge(ch, q.pel, float64(s.Pending), s.Stream)
 	}
 }
