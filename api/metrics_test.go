@@ -26,7 +26,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	set, tokens := testTokens(t)
 	srv := httptest.NewServer(New(Options{Engine: mb.Engine, Config: mb.Config, Store: mb.Store, Streams: mb.Streams, Leases: mb.Leases,
 		Auth: AuthOptions{Tokens: set}, Logger: slog.New(slog.DiscardHandler),
-		Metrics: mb.Metrics.Registry}).Handler())
+		Metrics: mb.Metrics}).Handler())
 	t.Cleanup(srv.Close)
 
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/jobs/submit", strings.NewReader(`{"type":"noop","payload":{}}`))

@@ -33,11 +33,11 @@ type bundle struct {
 	sc  *streams.Client
 	eng *engine.Engine
 	lm  *leases.Manager
-	om  *metrics.Orchestrator
+	om  *metrics.Registry
 }
 
-// setup builds the metrics the way the orchestrator does: registry and job metrics, the
-// engine observed by them, then the scrape-time collectors over the engine and the store.
+// setup builds the scrape-time collectors the way the orchestrator does, over the store, the
+// streams client and a lease manager.
 func setup(t *testing.T, mutate func(*config.Config)) *bundle {
 	t.Helper()
 	cfg, err := config.Load("", func(string) string { return "" })
@@ -49,10 +49,14 @@ func setup(t *testing.T, mutate func(*config.Config)) *bundle {
 	rdb := streams.NewRedis(testenv.RedisAddr(t), "")
 	t.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
-	om := metrics.NewOrchestrator(cfg, quiet)
 	lm := engine.NewLeaseManager(st, cfg, nil, quiet)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: quiet, Observer: om.Jobs, Leases: lm})
-	require.NoError(t, om.Watch(metrics.SourcesOf(eng, st, sc, lm, nil)))
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: quiet, Leases: lm})
+	om := metrics.NewRegistry(quiet)
+	om.MustRegister(
+		metrics.NewQueues(om, sc, metrics.GroupsOf(cfg)),
+		metrics.NewGPUs(om, st.(store.StatsReader), lm, metrics.DefaultRequirementMB(cfg)),
+		metrics.NewPools(om, st),
+	)
 	return &bundle{cfg: cfg, st: st, sc: sc, eng: eng, lm: lm, om: om}
 }
 
