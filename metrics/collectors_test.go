@@ -147,31 +147,3 @@ func TestPools(t *testing.T) {
 	require.Equal(t, 3.0, value(t, fams, "gpu_orchestrator_worker_pool_desired_workers", map[string]string{"pool_id": "p-run"}))
 	require.Len(t, fams["gpu_orchestrator_worker_pool_workers"].GetMetric(), 1, "a stopped pool has no series")
 }
-
-func TestLeader(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name       string
-		src        metrics.Leadership
-		lead, term float64
-	}{
-		{"Leader", fakeLeader{leading: true, term: 7}, 1, 7},
-		{"Follower", fakeLeader{term: 7}, 0, 0},
-		{"NoElector", nil, 0, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			fams := gather(t, registryOf(t, metrics.NewLeader(tc.src)))
-			require.Equal(t, tc.lead, value(t, fams, "gpu_orchestrator_is_leader", nil))
-			require.Equal(t, tc.term, value(t, fams, "gpu_orchestrator_leader_term", nil))
-		})
-	}
-}
-
-type fakeLeader struct {
-	leading bool
-	term    int64
-}
-
-func (f fakeLeader) IsLeader() bool { return f.leading }
-func (f fakeLeader) Term() int64    { return f.term }

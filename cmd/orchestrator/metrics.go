@@ -27,7 +27,7 @@ func registerMetrics(reg *metrics.Registry, cfg *config.Config, st store.Store, 
 		engine.NewDLQDepthCollector(reg, sc),
 		metrics.NewQueues(reg, sc, metrics.GroupsOf(cfg)),
 		metrics.NewPools(reg, st),
-		metrics.NewLeader(el),
+		leader.NewCollector(el),
 	}
 	// Both drivers count leases; st is the store itself, not the engine's wrapped one.
 	if sr, ok := st.(store.StatsReader); ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leader"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/reclaimer"
@@ -45,10 +46,10 @@ type Leader struct {
 	TermV   int64
 }
 
-// IsLeader implements metrics.Leadership.
+// IsLeader implements leader.Leadership.
 func (l Leader) IsLeader() bool { return l.Leading }
 
-// Term implements metrics.Leadership.
+// Term implements leader.Leadership.
 func (l Leader) Term() int64 { return l.TermV }
 
 // New wires an orchestrator's metrics over fresh backends as cmd/orchestrator does: the
@@ -80,7 +81,7 @@ func New(t testing.TB) *Bundle {
 		metrics.NewQueues(reg, sc, metrics.GroupsOf(cfg)),
 		metrics.NewGPUs(reg, counter, lm, metrics.DefaultRequirementMB(cfg)),
 		metrics.NewPools(reg, st),
-		metrics.NewLeader(Leader{Leading: true, TermV: 1}),
+		leader.NewCollector(Leader{Leading: true, TermV: 1}),
 	} {
 		require.NoError(t, reg.Register(c))
 	}
