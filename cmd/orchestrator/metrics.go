@@ -11,6 +11,7 @@ import (
 	"github.com/gpuorch/orchestrator/leader"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
+	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -26,7 +27,7 @@ func registerMetrics(reg *metrics.Registry, cfg *config.Config, st store.Store, 
 		jm,
 		engine.NewDLQDepthCollector(reg, sc),
 		metrics.NewQueues(reg, sc, metrics.GroupsOf(cfg)),
-		metrics.NewPools(reg, st),
+		pools.NewCollector(reg, st),
 		leader.NewCollector(el),
 	}
 	// Both drivers count leases; st is the store itself, not the engine's wrapped one.

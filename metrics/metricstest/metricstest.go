@@ -23,6 +23,7 @@ import (
 	"github.com/gpuorch/orchestrator/leader"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
+	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
@@ -80,7 +81,7 @@ func New(t testing.TB) *Bundle {
 		reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...),
 		metrics.NewQueues(reg, sc, metrics.GroupsOf(cfg)),
 		metrics.NewGPUs(reg, counter, lm, metrics.DefaultRequirementMB(cfg)),
-		metrics.NewPools(reg, st),
+		pools.NewCollector(reg, st),
 		leader.NewCollector(Leader{Leading: true, TermV: 1}),
 	} {
 		require.NoError(t, reg.Register(c))
