@@ -10,11 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/config"
-	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
-	"github.com/gpuorch/orchestrator/telemetry"
 )
 
 func TestQueues(t *testing.T) {
@@ -85,32 +83,4 @@ type downStreams struct{}
 
 func (downStreams) GroupStats(context.Context, []streams.GroupRef) ([]streams.GroupStat, error) {
 	return nil, errors.New("redis is down")
-}
-
-func TestGPUs(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setup(t, func(c *config.Config) { c.JobTypes["inference"].GPUMemoryMB = 8000 })
-	require.EqualValues(t, 8000, metrics.DefaultRequirementMB(b.cfg))
-	lm := b.lm
-	require.NoError(t, lm.RecordSnapshot(ctx, telemetry.Snapshot{NodeID: "n1", Source: telemetry.SourceSimulated, GPUs: []telemetry.GPU{
-		{Index: 0, UUID: "GPU-0", MemoryTotalMB: 24576, MemoryUsedMB: 1000, UtilizationPct: 40},
-		{Index: 1, UUID: "GPU-1", MemoryTotalMB: 24576, MemoryUsedMB: 23000, UtilizationPct: telemetry.Unknown},
-	}}))
-	_, err := lm.Grant(ctx, leases.GrantParams{Agent: "a", NodeID: "n1", Mode: store.LeaseGPU, MemoryMB: 8000, Actor: "agent:a"})
-	require.NoError(t, err)
-	_, err = lm.Grant(ctx, leases.GrantParams{Agent: "a", NodeID: "n1", Mode: store.LeaseCPU, Actor: "agent:a"})
-	require.NoError(t, err)
-
-	fams := gather(t, b.om)
-	require.Equal(t, 1.0, value(t, fams, "gpu_orchestrator_leases_active", map[string]string{"mode": "gpu"}))
-	require.Equal(t, 1.0, value(t, fams, "gpu_orchestrator_leases_active", map[string]string{"mode": "cpu"}))
-	require.Equal(t, 1.0, value(t, fams, "gpu_orchestrator_leases_free", nil), "GPU 0 still has room for 8000 MB; GPU 1 has not")
-	gpu0 := map[string]string{"node_id": "n1", "gpu_index": "0"}
-	require.InDelta(t, 100*1000.0/24576, value(t, fams, "gpu_orchestrator_gpu_mem_used_pct", gpu0), 1e-9)
-	require.Equal(t, 40.0, value(t, fams, "gpu_orchestrator_gpu_utilization_pct", gpu0))
-	require.Len(t, fams["gpu_orchestrator_gpu_utilization_pct"].GetMetric(), 1, "an unknown utilization is left out")
-	age := value(t, fams, "gpu_orchestrator_gpu_telemetry_age_seconds", map[string]string{"node_id": "n1", "gpu_index": "1"})
-	require.GreaterOrEqual(t, age, 0.0)
-	require.Less(t, age, 60.0)
 }

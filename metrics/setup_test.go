@@ -54,7 +54,6 @@ func setup(t *testing.T, mutate func(*config.Config)) *bundle {
 	om := metrics.NewRegistry(quiet)
 	om.MustRegister(
 		metrics.NewQueues(om, sc, metrics.GroupsOf(cfg)),
-		metrics.NewGPUs(om, st.(store.StatsReader), lm, metrics.DefaultRequirementMB(cfg)),
 	)
 	return &bundle{cfg: cfg, st: st, sc: sc, eng: eng, lm: lm, om: om}
 }

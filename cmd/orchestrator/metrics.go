@@ -32,7 +32,7 @@ func registerMetrics(reg *metrics.Registry, cfg *config.Config, st store.Store, 
 	}
 	// Both drivers count leases; st is the store itself, not the engine's wrapped one.
 	if sr, ok := st.(store.StatsReader); ok {
-		cs = append(cs, metrics.NewGPUs(reg, sr, lm, metrics.DefaultRequirementMB(cfg)))
+		cs = append(cs, leases.NewCollector(reg, sr, lm, leases.DefaultRequirementMB(cfg)))
 	}
 	var errs []error
 	for _, c := range cs {

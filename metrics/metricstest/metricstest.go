@@ -80,7 +80,7 @@ func New(t testing.TB) *Bundle {
 		engine.NewDLQDepthCollector(reg, sc),
 		reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...),
 		metrics.NewQueues(reg, sc, metrics.GroupsOf(cfg)),
-		metrics.NewGPUs(reg, counter, lm, metrics.DefaultRequirementMB(cfg)),
+		leases.NewCollector(reg, counter, lm, leases.DefaultRequirementMB(cfg)),
 		pools.NewCollector(reg, st),
 		leader.NewCollector(Leader{Leading: true, TermV: 1}),
 	} {
