@@ -12,6 +12,7 @@ import (
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/pools"
+	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -26,7 +27,7 @@ func registerMetrics(reg *metrics.Registry, cfg *config.Config, st store.Store, 
 	cs := []prometheus.Collector{
 		jm,
 		engine.NewDLQDepthCollector(reg, sc),
-		metrics.NewQueues(reg, sc, metrics.GroupsOf(cfg)),
+		reclaimer.NewQueueCollector(reg, sc, reclaimer.GroupsOf(cfg)),
 		pools.NewCollector(reg, st),
 		leader.NewCollector(el),
 	}
