@@ -35,11 +35,9 @@ const ScrapeTimeoutDefault = 3 * time.Second
 var JobDurationBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}
 
 // Registry is a process's Prometheus registry with the families every process has: the Go
-// runtime and process collectors, the HTTP metrics, and the collector error counter.
+// runtime and process collectors, and the collector error counter.
 type Registry struct {
 	*prometheus.Registry
-	// HTTP are the metrics of the HTTP API (api.Options.Metrics records them).
-	HTTP *HTTP
 	// errors counts collector failures (Scrape.Failed); each collector's label is created by
 	// Registry.Scrape.
 	errors *prometheus.CounterVec
@@ -55,7 +53,6 @@ func NewRegistry(log *slog.Logger) *Registry {
 	reg := prometheus.NewRegistry()
 	r := &Registry{
 		Registry: reg,
-		HTTP:     NewHTTP(),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace,
 			Name:      "collector_errors_total",
@@ -66,7 +63,6 @@ func NewRegistry(log *slog.Logger) *Registry {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		r.HTTP,
 		r.errors,
 	)
 	return r

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/admission"
+	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
@@ -39,6 +40,9 @@ type Bundle struct {
 	Leases    *leases.Manager
 	Metrics   *metrics.Registry
 	Admission *admission.Controller
+	// API is the API server over Engine, serving Metrics (without tokens: every request but
+	// /healthz, /readyz and /metrics is refused).
+	API *api.Server
 }
 
 // Leader is a fixed leadership.
@@ -54,8 +58,9 @@ func (l Leader) IsLeader() bool { return l.Leading }
 func (l Leader) Term() int64 { return l.TermV }
 
 // New wires an orchestrator's metrics over fresh backends as cmd/orchestrator does: the
-// registry, the engine observed by its job metrics, and the metrics of every package (the
-// scrape-time collectors, the reclaimer's, admission's). The process leads in term 1.
+// registry, the engine observed by its job metrics, the metrics of every package (the
+// scrape-time collectors, the reclaimer's), admission control and the API, which register
+// theirs. The process leads in term 1.
 func New(t testing.TB) *Bundle {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
@@ -86,15 +91,15 @@ func New(t testing.TB) *Bundle {
 	} {
 		require.NoError(t, reg.Register(c))
 	}
-	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Leases: lm, Metrics: reg, Admission: ac}
+	srv := api.New(api.Options{Engine: eng, Config: cfg, Store: st, Streams: sc, Leases: lm, Logger: log, Metrics: reg, Admission: ac})
+	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Leases: lm, Metrics: reg, Admission: ac, API: srv}
 }
 
 // Populate gives every family a series: a node's GPUs (telemetry), a running pool with a
-// worker, an HTTP route. Families whose series are per GPU, per pool or per route are empty,
-// and so not exported, until such rows exist (api.New pre-creates its routes).
+// worker. Families whose series are per GPU or per pool are empty, and so not exported, until
+// such rows exist (the API's are per route, which api.New pre-creates).
 func (b *Bundle) Populate(t testing.TB) {
 	t.Helper()
-	b.Metrics.HTTP.InitRoutes([]string{"/healthz"})
 	ctx := context.Background()
 	require.NoError(t, b.Leases.RecordSnapshot(ctx, telemetry.Snapshot{
 		NodeID: "node-a", Source: telemetry.SourceSimulated,
