@@ -1,13 +1,23 @@
-// Package metrics is the Prometheus side of the orchestrator: the process registry and its
-// handler, the HTTP metrics of the API, the job counters and histograms the engine feeds
-// (engine.Observer), and the scrape-time collectors of everything that lives in Redis or
-// MariaDB (queue depths, leases, GPU telemetry, pools, leadership).
+// Package metrics is what every package's metrics share: the process registry and its
+// handler, the failure reporting of scrape-time collectors
+// (gpu_orchestrator_collector_errors_total), the naming helpers and the shared buckets. It
+// imports nothing of this module, so any package can use it.
 //
-// Conventions (docs/architecture.md, "Metrics"): every name starts with gpu_orchestrator_; counters end in _total,
-// durations are _seconds; every label value that is known up front is pre-created at 0, so a
-// rate() or an alert has a series from the first scrape; depths and counts that live in a
-// database are read when Prometheus scrapes, never counted by hand. Collectors read through
-// small interfaces, so tests and other wirings can feed them.
+// Conventions (docs/architecture.md, "Metrics"): every name starts with gpu_orchestrator_
+// (Namespace; NewDesc, NewCounterVec, NewGaugeVec and NewHistogramVec prefix it); counters end
+// in _total, durations are _seconds; every label value that is known up front is pre-created
+// at 0, so a rate() or an alert has a series from the first scrape; depths and counts that
+// live in Redis or the database are read when Prometheus scrapes, by collectors that read
+// through small interfaces, are bounded by ScrapeContext and report a source they cannot read
+// with Registry.Scrape, never counted by hand.
+//
+// Each package defines its metrics next to the code they measure, as a Metrics type (event
+// metrics, embedding a Set) or a Collector constructor (scrape-time state): engine.Metrics
+// and engine.NewDLQDepthCollector, reclaimer.Metrics and reclaimer.NewQueueCollector,
+// leases.NewCollector, pools.NewCollector, leader.NewCollector, api.Metrics, admission's,
+// worker.Metrics. The process wiring in cmd/ registers them (cmd/orchestrator/metrics.go; api.New
+// and admission.New register theirs on the registry they are given), and metricstest wires
+// the same set for the tests.
 package metrics
 
 import (
