@@ -3,12 +3,76 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuorch/orchestrator/metrics"
 )
+
+// RouteUnmatched is the route label of requests that matched no route (404s of unknown paths),
+// so that scanners probing random paths cannot blow up the label set.
+const RouteUnmatched = "unmatched"
+
+// Metrics are the request metrics of the API, labelled by route template (e.g. "/jobs/:id"),
+// never by raw path. New registers them on the registry it serves.
+type Metrics struct {
+	metrics.Set
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// NewMetrics returns unregistered request metrics.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		requests: metrics.NewCounterVec("http_requests_total",
+			"HTTP requests answered, by route template and status code.", "route", "code"),
+		duration: metrics.NewHistogramVec("http_request_duration_seconds",
+			"Time to answer an HTTP request, by route template (an SSE feed counts until it closes).",
+			prometheus.DefBuckets, "route"),
+	}
+	m.Set = metrics.Set{m.requests, m.duration}
+	return m
+}
+
+// InitRoutes pre-creates the series of every route: its duration histogram and its count of
+// 200 answers, at 0.
+func (m *Metrics) InitRoutes(routes []string) {
+	for _, r := range append(routes, RouteUnmatched) {
+		m.duration.WithLabelValues(r)
+		m.requests.WithLabelValues(r, "200")
+	}
+}
+
+// Observe records one answered request.
+func (m *Metrics) Observe(route string, code int, took time.Duration) {
+	if route == "" {
+		route = RouteUnmatched
+	}
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.duration.WithLabelValues(route).Observe(took.Seconds())
+}
+
+// mustRegisterMetrics registers the request metrics on reg, or returns those a server
+// registered there before (servers that share a registry count together). Like MustRegister,
+// it panics when other families hold the names.
+func mustRegisterMetrics(reg prometheus.Registerer) *Metrics {
+	m := NewMetrics()
+	err := reg.Register(m)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(*Metrics); ok {
+			return existing
+		}
+	}
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
 
 // observe is the middleware that records every answered request in the HTTP metrics, by route
 // template (c.FullPath, "unmatched" for unknown paths) and status code. It runs outside the
@@ -16,7 +80,7 @@ import (
 func (s *Server) observe(c *gin.Context) {
 	start := time.Now()
 	c.Next()
-	s.metrics.HTTP.Observe(c.FullPath(), c.Writer.Status(), time.Since(start))
+	s.requests.Observe(c.FullPath(), c.Writer.Status(), time.Since(start))
 }
 
 // serveMetrics handles GET /metrics: the Prometheus exposition of the server's registry. It
@@ -70,10 +134,10 @@ func (s *Server) initRouteMetrics(r *gin.Engine) {
 			routes = append(routes, ri.Path)
 		}
 	}
-	s.metrics.HTTP.InitRoutes(routes)
+	s.requests.InitRoutes(routes)
 }
 
-// metricsOf returns the registry of opts, or a private one that serves the HTTP and process
+// metricsOf returns the registry of opts, or a private one that serves the request and process
 // metrics only.
 func metricsOf(opts Options) *metrics.Registry {
 	if opts.Metrics != nil {

@@ -58,8 +58,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Leader answers /status's leader part (nil: not shown).
 	Leader LeaderInfo
-	// Metrics is the registry GET /metrics serves and the HTTP metrics are recorded in (nil: a
-	// private one with the HTTP and process metrics only).
+	// Metrics is the registry GET /metrics serves; New registers the request metrics (Metrics)
+	// on it (nil: a private registry with the request and process metrics only).
 	Metrics *metrics.Registry
 	// Admission decides on submits and lease requests (nil: every request is admitted, and
 	// /control/admission answers 404).
@@ -104,6 +104,7 @@ type Server struct {
 	database  string // the name of the database check
 	leader    LeaderInfo
 	metrics   *metrics.Registry
+	requests  *Metrics // registered on metrics
 	admission *admission.Controller
 	pools     *pools.Service
 	handler   *gin.Engine
@@ -138,6 +139,7 @@ func New(opts Options) *Server {
 		metrics:  metricsOf(opts),
 		leader:   opts.Leader,
 	}
+	s.requests = mustRegisterMetrics(s.metrics)
 	s.tokens.Store(opts.Auth.Tokens)
 	s.admission = opts.Admission
 	s.pools = opts.Pools

@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine/outbox"
 	"github.com/gpuorch/orchestrator/store"
-	"github.com/gpuorch/orchestrator/streams"
 )
 
 // ErrNotDeadLetter is returned by Replay and Purge for a job that is not in the dead-letter
@@ -160,36 +157,4 @@ func (e *Engine) deleteDLQEntry(ctx context.Context, jobID, id string) {
 	if _, err := e.streams.DeleteDeadLetters(ctx, id); err != nil {
 		e.log.Warn("cannot delete the DLQ entry", "job_id", jobID, "stream_id", id, "error", err)
 	}
-}
-
-// dlqDepthDesc describes gpu_orchestrator_dlq_depth.
-var dlqDepthDesc = prometheus.NewDesc("gpu_orchestrator_dlq_depth",
-	"Entries in the dead-letter stream (stream:orchestrator:dlq), read at scrape time.", nil, nil)
-
-// dlqDepthCollector reads the DLQ stream length at scrape time.
-type dlqDepthCollector struct {
-	sc      *streams.Client
-	timeout time.Duration
-}
-
-// DLQDepthCollector returns the scrape-time collector of gpu_orchestrator_dlq_depth (XLEN of
-// the dead-letter stream; replay and purge delete entries, retention trims them with age).
-// Register it once per process.
-func (e *Engine) DLQDepthCollector() prometheus.Collector {
-	return &dlqDepthCollector{sc: e.streams, timeout: 2 * time.Second}
-}
-
-// Describe implements prometheus.Collector.
-func (c *dlqDepthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- dlqDepthDesc }
-
-// Collect implements prometheus.Collector; a Redis error reports an invalid metric.
-func (c *dlqDepthCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	n, err := c.sc.Len(ctx, streams.DLQStream)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(dlqDepthDesc, err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(dlqDepthDesc, prometheus.GaugeValue, float64(n))
 }

@@ -26,8 +26,8 @@ type JobChange struct {
 
 // Observer is told about every job status change after its transaction commits, in commit
 // order per transaction; a transaction that rolls back (or is retried) reports nothing for the
-// attempts that did not commit. It is called on the hot path: it must not block. The metrics
-// of package metrics implement it.
+// attempts that did not commit. It is called on the hot path: it must not block. The job
+// metrics (Metrics) implement it.
 type Observer interface {
 	ObserveJobs(changes []JobChange)
 }

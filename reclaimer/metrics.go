@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/metrics"
 )
 
 // Outcomes of an entry that are not settle outcomes (metric label values).
@@ -31,6 +32,7 @@ func Outcomes() []string {
 // (leaderships come and go), so the wiring creates them once with NewMetrics, registers them,
 // and passes them to every Reclaimer and Trimmer it starts.
 type Metrics struct {
+	metrics.Set
 	entries    *prometheus.CounterVec
 	recoveries *prometheus.CounterVec
 	passErrors *prometheus.CounterVec
@@ -42,23 +44,19 @@ type Metrics struct {
 // which builds no Reclaimer, exports the series too.
 func NewMetrics(groups ...Group) *Metrics {
 	m := &Metrics{
-		entries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_orchestrator_reclaimed_total",
-			Help: "Stream entries idle past claim_idle that the reclaimer settled, by stream and outcome.",
-		}, []string{"stream", "outcome"}),
-		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_orchestrator_redis_recoveries_total",
-			Help: "Times Redis was found to have lost data and every live job was published again, by reason.",
-		}, []string{"reason"}),
-		passErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_orchestrator_maintenance_pass_errors_total",
-			Help: "Reclaimer and trimmer passes that failed (logged), by loop.",
-		}, []string{"loop"}),
+		entries: metrics.NewCounterVec("reclaimed_total",
+			"Stream entries idle past claim_idle that the reclaimer settled, by stream and outcome.", "stream", "outcome"),
+		recoveries: metrics.NewCounterVec("redis_recoveries_total",
+			"Times Redis was found to have lost data and every live job was published again, by reason.", "reason"),
+		passErrors: metrics.NewCounterVec("maintenance_pass_errors_total",
+			"Reclaimer and trimmer passes that failed (logged), by loop.", "loop"),
 		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gpu_orchestrator_stream_trimmed_entries_total",
-			Help: "Stream entries deleted by trimming (read and acknowledged by every group, or dead letters past retention).",
+			Namespace: metrics.Namespace,
+			Name:      "stream_trimmed_entries_total",
+			Help:      "Stream entries deleted by trimming (read and acknowledged by every group, or dead letters past retention).",
 		}),
 	}
+	m.Set = metrics.Set{m.entries, m.recoveries, m.passErrors, m.trimmed}
 	for _, r := range []string{engine.RecoveryMarkerMissing, engine.RecoveryRunIDChanged, engine.RecoveryGroupMissing} {
 		m.recoveries.WithLabelValues(r)
 	}
@@ -67,22 +65,6 @@ func NewMetrics(groups ...Group) *Metrics {
 	}
 	m.initStreams(groups)
 	return m
-}
-
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.entries.Describe(ch)
-	m.recoveries.Describe(ch)
-	m.passErrors.Describe(ch)
-	m.trimmed.Describe(ch)
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.entries.Collect(ch)
-	m.recoveries.Collect(ch)
-	m.passErrors.Collect(ch)
-	m.trimmed.Collect(ch)
 }
 
 // initStreams pre-creates every outcome of every group's stream at 0.

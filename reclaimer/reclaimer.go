@@ -45,11 +45,9 @@ type Engine interface {
 
 var _ Engine = (*engine.Engine)(nil)
 
-// Group is one consumer group to reclaim from.
-type Group struct {
-	Stream string // stream name (not the key)
-	Group  string
-}
+// Group is one consumer group of one stream: one to reclaim from, or whose backlog
+// QueueCollector reads.
+type Group = streams.GroupRef
 
 // GroupsOf returns the consumer group of every configured job type.
 func GroupsOf(c *config.Config) []Group {

@@ -54,3 +54,26 @@ func TestGroupStats(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupStatsLagUnknownToRedis: deleting an undelivered entry between the group's last
+// delivered one and the end of the stream makes Redis report the lag as unknown; the entries
+// left are counted instead.
+func TestGroupStatsLagUnknownToRedis(t *testing.T) {
+	t.Parallel()
+	for _, b := range trimBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			sc, rdb := b.setup(t)
+			ref := streams.GroupRef{Stream: "s", Group: "g"}
+			require.NoError(t, sc.EnsureGroup(ctx, "s", "g"))
+			ids := publish(t, sc, "s", 4)
+			read(t, sc, "s", "g", "w1", 1)
+			require.NoError(t, rdb.XDel(ctx, sc.StreamKey("s"), ids[2]).Err())
+
+			stats, err := sc.GroupStats(ctx, []streams.GroupRef{ref})
+			require.NoError(t, err)
+			require.Equal(t, []streams.GroupStat{{GroupRef: ref, Lag: 2, Pending: 1, Exists: true}}, stats)
+		})
+	}
+}

@@ -10,48 +10,34 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/tracing"
 	"github.com/gpuorch/orchestrator/wire"
 )
 
-// runBuckets are the buckets of the run time histogram, in seconds (as the orchestrator's
-// gpu_orchestrator_job_latency_seconds).
-var runBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}
-
 // Metrics are a worker process's own metrics: what its handlers ran and how long, and what
 // runs now. The queue depths, leases and job counts of the cluster are the orchestrator's.
 type Metrics struct {
-	reg     *prometheus.Registry
+	reg     *metrics.Registry
 	runs    *prometheus.CounterVec
 	runTime *prometheus.HistogramVec
 	running *prometheus.GaugeVec
 }
 
-// NewMetrics returns a worker's registry (Go and process collectors included) with the series
-// of every type in types pre-created at 0.
+// NewMetrics returns a worker's registry (the process registry of package metrics, Go and
+// process collectors included) with the series of every type in types pre-created at 0.
 func NewMetrics(types []string) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_orchestrator_worker_jobs_total",
-			Help: "Job attempts this worker's handlers ran, by type and result (done or failed).",
-		}, []string{"type", "result"}),
-		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "gpu_orchestrator_worker_job_run_seconds",
-			Help:    "Run time of the handlers of this worker, by type.",
-			Buckets: runBuckets,
-		}, []string{"type"}),
-		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpu_orchestrator_worker_running_jobs",
-			Help: "Handlers running now in this worker, by type.",
-		}, []string{"type"}),
+		reg: metrics.NewRegistry(nil),
+		runs: metrics.NewCounterVec("worker_jobs_total",
+			"Job attempts this worker's handlers ran, by type and result (done or failed).", "type", "result"),
+		runTime: metrics.NewHistogramVec("worker_job_run_seconds",
+			"Run time of the handlers of this worker, by type.", metrics.JobDurationBuckets, "type"),
+		running: metrics.NewGaugeVec("worker_running_jobs", "Handlers running now in this worker, by type.", "type"),
 	}
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.runs, m.runTime, m.running)
+	m.reg.MustRegister(m.runs, m.runTime, m.running)
 	for _, t := range types {
 		m.runs.WithLabelValues(t, wire.ResultDone)
 		m.runs.WithLabelValues(t, wire.ResultFailed)
@@ -62,12 +48,10 @@ func NewMetrics(types []string) *Metrics {
 }
 
 // Registry returns the registry, to add collectors to.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+func (m *Metrics) Registry() *metrics.Registry { return m.reg }
 
 // Handler serves the metrics.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
-}
+func (m *Metrics) Handler() http.Handler { return m.reg.Handler() }
 
 // ServeMetrics serves h at GET /metrics on addr until ctx ends. It returns once listening (an
 // error when it cannot listen) and the address it listens on; the server stops with ctx.

@@ -137,7 +137,7 @@ type core struct {
 	st    store.Store
 	sc    *streams.Client
 	lm    *leases.Manager
-	om    *metrics.Orchestrator
+	om    *metrics.Registry
 	el    leader.Elector
 	adm   *admission.Controller
 	pools *pools.Service
@@ -162,9 +162,10 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	// Rescues outside the leader loops (an eviction through the API) are fenced by the term
 	// this instance leads in, and refused on a follower.
 	var term currentTerm
-	om := metrics.NewOrchestrator(cfg, log)
+	om := metrics.NewRegistry(log)
+	jm := engine.NewMetrics(cfg.TypeNames())
 	lm := engine.NewLeaseManager(st, cfg, time.Now, log)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: om.Jobs, Leases: lm})
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: jm, Leases: lm})
 	rm := reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...)
 	if err := om.Register(rm); err != nil {
 		return nil, fmt.Errorf("register reclaimer metrics: %w", err)
@@ -178,7 +179,7 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 		return nil, err
 	}
 	started.push(stopElection)
-	if err := om.Watch(metrics.SourcesOf(eng, st, sc, lm, el)); err != nil {
+	if err := registerMetrics(om, cfg, st, sc, lm, el, jm); err != nil {
 		return nil, err
 	}
 	stopLeaseLoops, err := startLeaseLoops(ctx, cfg, lm, log)
@@ -247,7 +248,7 @@ func buildAPI(ctx context.Context, cfg *config.Config, auth api.AuthOptions, be 
 		Auth:      auth,
 		Logger:    log,
 		Leader:    c.el,
-		Metrics:   c.om.Registry,
+		Metrics:   c.om,
 		Admission: c.adm,
 		Pools:     c.pools,
 		Database:  be.database,

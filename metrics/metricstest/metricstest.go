@@ -1,7 +1,9 @@
 // Package metricstest builds, for tests, an orchestrator's metrics wired the way the process
 // wires them, over real backends (a fresh MariaDB database and a Redis key prefix): what a
 // scrape of a running orchestrator exports. Tests of the API, the dashboards, the alerts and the
-// KEDA manifests check their metric names against it.
+// KEDA manifests check their metric names against it. Its helpers (Gather, Sample, Value) read
+// what a registry exports, for the tests of every package's metrics; those tests are external
+// test packages (package x_test), since this one imports most of the module.
 package metricstest
 
 import (
@@ -10,14 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/admission"
+	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leader"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
+	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
@@ -31,8 +38,11 @@ type Bundle struct {
 	Streams   *streams.Client
 	Engine    *engine.Engine
 	Leases    *leases.Manager
-	Metrics   *metrics.Orchestrator
+	Metrics   *metrics.Registry
 	Admission *admission.Controller
+	// API is the API server over Engine, serving Metrics (without tokens: every request but
+	// /healthz, /readyz and /metrics is refused).
+	API *api.Server
 }
 
 // Leader is a fixed leadership.
@@ -41,15 +51,16 @@ type Leader struct {
 	TermV   int64
 }
 
-// IsLeader implements metrics.Leadership.
+// IsLeader implements leader.Leadership.
 func (l Leader) IsLeader() bool { return l.Leading }
 
-// Term implements metrics.Leadership.
+// Term implements leader.Leadership.
 func (l Leader) Term() int64 { return l.TermV }
 
-// New wires an orchestrator's metrics over fresh backends: the registry with the job metrics,
-// the engine observed by them, the scrape-time collectors, the reclaimer's and admission's
-// metrics. The process leads in term 1.
+// New wires an orchestrator's metrics over fresh backends as cmd/orchestrator does: the
+// registry, the engine observed by its job metrics, the metrics of every package (the
+// scrape-time collectors, the reclaimer's), admission control and the API, which register
+// theirs. The process leads in term 1.
 func New(t testing.TB) *Bundle {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
@@ -61,23 +72,34 @@ func New(t testing.TB) *Bundle {
 	prefix := testenv.RedisPrefix(t)
 	sc := streams.New(rdb, streams.Options{Prefix: prefix})
 
-	om := metrics.NewOrchestrator(cfg, log)
+	reg := metrics.NewRegistry(log)
+	jobs := engine.NewMetrics(cfg.TypeNames())
 	lm := engine.NewLeaseManager(st, cfg, time.Now, log)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Observer: om.Jobs, Leases: lm})
-	ac, err := admission.New(st, rdb, cfg, admission.Options{Prefix: prefix, Registerer: om.Registry, Logger: log})
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Observer: jobs, Leases: lm})
+	ac, err := admission.New(st, rdb, cfg, admission.Options{Prefix: prefix, Registerer: reg, Logger: log})
 	require.NoError(t, err)
-	src := metrics.SourcesOf(eng, st, sc, lm, Leader{Leading: true, TermV: 1})
-	src.Extra = append(src.Extra, reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...))
-	require.NoError(t, om.Watch(src))
-	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Leases: lm, Metrics: om, Admission: ac}
+	counter, ok := st.(store.StatsReader)
+	require.True(t, ok, "the store counts leases")
+	for _, c := range []prometheus.Collector{
+		jobs,
+		engine.NewDLQDepthCollector(reg, sc),
+		reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...),
+		reclaimer.NewQueueCollector(reg, sc, reclaimer.GroupsOf(cfg)),
+		leases.NewCollector(reg, counter, lm, leases.DefaultRequirementMB(cfg)),
+		pools.NewCollector(reg, st),
+		leader.NewCollector(Leader{Leading: true, TermV: 1}),
+	} {
+		require.NoError(t, reg.Register(c))
+	}
+	srv := api.New(api.Options{Engine: eng, Config: cfg, Store: st, Streams: sc, Leases: lm, Logger: log, Metrics: reg, Admission: ac})
+	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Leases: lm, Metrics: reg, Admission: ac, API: srv}
 }
 
 // Populate gives every family a series: a node's GPUs (telemetry), a running pool with a
-// worker, an HTTP route. Families whose series are per GPU, per pool or per route are empty,
-// and so not exported, until such rows exist (api.New pre-creates its routes).
+// worker. Families whose series are per GPU or per pool are empty, and so not exported, until
+// such rows exist (the API's are per route, which api.New pre-creates).
 func (b *Bundle) Populate(t testing.TB) {
 	t.Helper()
-	b.Metrics.HTTP.InitRoutes([]string{"/healthz"})
 	ctx := context.Background()
 	require.NoError(t, b.Leases.RecordSnapshot(ctx, telemetry.Snapshot{
 		NodeID: "node-a", Source: telemetry.SourceSimulated,
@@ -122,4 +144,72 @@ var Required = []string{
 	"gpu_orchestrator_leader_term",
 	"gpu_orchestrator_http_requests_total",
 	"gpu_orchestrator_http_request_duration_seconds",
+}
+
+// Registry registers cs on a fresh registry.
+func Registry(t testing.TB, cs ...prometheus.Collector) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range cs {
+		require.NoError(t, reg.Register(c))
+	}
+	return reg
+}
+
+// Gather collects g and indexes the families by name.
+func Gather(t testing.TB, g prometheus.Gatherer) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := g.Gather()
+	require.NoError(t, err)
+	return byName(fams)
+}
+
+// GatherFailing collects g, which must report an error (a scrape-time collector whose source
+// is down), and indexes the families it still served by name.
+func GatherFailing(t testing.TB, g prometheus.Gatherer) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := g.Gather()
+	require.Error(t, err)
+	return byName(fams)
+}
+
+func byName(fams []*dto.MetricFamily) map[string]*dto.MetricFamily {
+	out := make(map[string]*dto.MetricFamily, len(fams))
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// Sample returns the series of family name whose labels include want, failing when there is
+// none.
+func Sample(t testing.TB, fams map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Metric {
+	t.Helper()
+	f, ok := fams[name]
+	require.True(t, ok, "family %s is exported", name)
+	for _, m := range f.GetMetric() {
+		got := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			got[lp.GetName()] = lp.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			match = match && got[k] == v
+		}
+		if match {
+			return m
+		}
+	}
+	require.Failf(t, "no such series", "%s%v", name, want)
+	return nil
+}
+
+// Value is the value of the gauge or counter series of family name whose labels include want.
+func Value(t testing.TB, fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	t.Helper()
+	m := Sample(t, fams, name, want)
+	if m.GetCounter() != nil {
+		return m.GetCounter().GetValue()
+	}
+	return m.GetGauge().GetValue()
 }

@@ -1,15 +1,16 @@
-package metrics
+package pools
 
 import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/store"
 )
 
-// PoolLister reads the worker pools and the workers registry; store.Store implements it.
-type PoolLister interface {
+// Lister reads the worker pools and the workers registry; store.Store implements it.
+type Lister interface {
 	// PoolList returns the pools with one of statuses (every pool when empty).
 	PoolList(ctx context.Context, statuses ...store.PoolStatus) ([]store.Pool, error)
 	// WorkerList returns every worker when all is true.
@@ -19,51 +20,52 @@ type PoolLister interface {
 // workerStatuses are the worker states, pre-created at 0.
 var workerStatuses = []store.WorkerStatus{store.WorkerIdle, store.WorkerExecuting, store.WorkerDraining, store.WorkerOffline}
 
-// Pools is the scrape-time collector of the worker pools and the workers registry, read from
+// Collector is the scrape-time collector of the worker pools and the workers registry, read from
 // MariaDB: gpu_orchestrator_worker_pools_total{status}, gpu_orchestrator_workers{status}, and
 // for every pool that is not stopped or evicted gpu_orchestrator_worker_pool_workers{pool_id}
 // (its workers that are not offline) and gpu_orchestrator_worker_pool_desired_workers{pool_id}.
-type Pools struct {
-	reg     *Registry
-	src     PoolLister
+type Collector struct {
+	scrape  *metrics.Scrape
+	src     Lister
 	pools   *prometheus.Desc
 	workers *prometheus.Desc
 	live    *prometheus.Desc
 	desired *prometheus.Desc
 }
 
-// NewPools returns the pools collector.
-func NewPools(reg *Registry, src PoolLister) *Pools {
-	return &Pools{
-		reg: reg, src: src,
-		pools:   newDesc("worker_pools_total", "Worker pools, by status, read at scrape time.", "status"),
-		workers: newDesc("workers", "Registered workers, by status (offline: silent past the heartbeat timeout).", "status"),
-		live: newDesc("worker_pool_workers",
+// NewCollector returns the pools collector over src; failures count as collector "pools" on
+// reg.
+func NewCollector(reg *metrics.Registry, src Lister) *Collector {
+	return &Collector{
+		scrape: reg.Scrape("pools"), src: src,
+		pools:   metrics.NewDesc("worker_pools_total", "Worker pools, by status, read at scrape time.", "status"),
+		workers: metrics.NewDesc("workers", "Registered workers, by status (offline: silent past the heartbeat timeout).", "status"),
+		live: metrics.NewDesc("worker_pool_workers",
 			"Workers of a pool that are not offline, for pools that are starting, running or draining.", "pool_id"),
-		desired: newDesc("worker_pool_desired_workers",
+		desired: metrics.NewDesc("worker_pool_desired_workers",
 			"Workers a pool asks for, for pools that are starting, running or draining.", "pool_id"),
 	}
 }
 
 // Describe implements prometheus.Collector.
-func (p *Pools) Describe(ch chan<- *prometheus.Desc) {
+func (p *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{p.pools, p.workers, p.live, p.desired} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
-func (p *Pools) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := scrapeContext()
+func (p *Collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := metrics.ScrapeContext()
 	defer cancel()
 	pools, err := p.src.PoolList(ctx)
 	if err != nil {
-		p.reg.failed(ch, "pools", err, p.pools, p.workers, p.live, p.desired)
+		p.scrape.Failed(ch, err, p.pools, p.workers, p.live, p.desired)
 		return
 	}
 	workers, err := p.src.WorkerList(ctx, "", true)
 	if err != nil {
-		p.reg.failed(ch, "pools", err, p.pools, p.workers, p.live, p.desired)
+		p.scrape.Failed(ch, err, p.pools, p.workers, p.live, p.desired)
 		return
 	}
 	byStatus := map[store.PoolStatus]int{}
@@ -71,7 +73,7 @@ func (p *Pools) Collect(ch chan<- prometheus.Metric) {
 		byStatus[pl.Status]++
 	}
 	for _, s := range store.PoolStatuses {
-		gauge(ch, p.pools, float64(byStatus[s]), string(s))
+		metrics.Gauge(ch, p.pools, float64(byStatus[s]), string(s))
 	}
 	wByStatus := map[store.WorkerStatus]int{}
 	live := map[string]int{}
@@ -82,12 +84,12 @@ func (p *Pools) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, s := range workerStatuses {
-		gauge(ch, p.workers, float64(wByStatus[s]), string(s))
+		metrics.Gauge(ch, p.workers, float64(wByStatus[s]), string(s))
 	}
 	for _, pl := range pools {
 		if pl.Status.Live() || pl.Status == store.PoolDraining {
-			gauge(ch, p.live, float64(live[pl.ID]), pl.ID)
-			gauge(ch, p.desired, float64(pl.DesiredWorkers), pl.ID)
+			metrics.Gauge(ch, p.live, float64(live[pl.ID]), pl.ID)
+			metrics.Gauge(ch, p.desired, float64(pl.DesiredWorkers), pl.ID)
 		}
 	}
 }
