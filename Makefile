@@ -51,12 +51,21 @@ bench: build services
 ## linter is pinned in its own module, tools/golangci/go.mod, so that its dependencies do not
 ## raise the versions the binaries are built with; the first run builds it (about 3 min cold on
 ## 2 cores, with go vet).
+## golangci-lint's dupl compares the files of one package with each other; the same dupl, run
+## over every non-test file at once, finds the copies between packages too (the two store
+## drivers, say). DUPL_TOKENS is its threshold, the one .golangci.yml sets: about five lines.
+## The peers module (cmd/bench/peers) is a module of its own and may not import ours.
 GOLANGCI := $(GO) tool -modfile=tools/golangci/go.mod golangci-lint
+DUPL := $(GO) tool -modfile=tools/golangci/go.mod dupl
+DUPL_TOKENS := 60
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@echo "golangci-lint (the first run builds it: a few minutes from a cold cache)…"
 	$(GOLANGCI) run $(PKGS)
+	@echo "dupl across packages (copies of $(DUPL_TOKENS) tokens or more, test files aside)…"
+	@out=$$(git ls-files '*.go' | grep -v '_test\.go$$' | grep -v '^cmd/bench/peers/' | $(DUPL) -files -t $(DUPL_TOKENS)); \
+		case "$$out" in *"Found total 0 clone groups."*) ;; *) echo "$$out"; exit 1 ;; esac
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

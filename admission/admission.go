@@ -32,6 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -75,7 +76,7 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *config.Config, opts Opt
 	if st == nil || rdb == nil || cfg == nil {
 		return nil, errors.New("new admission controller: store, redis and config are required")
 	}
-	log := cmp.Or(opts.Logger, slog.Default()).With("component", "admission")
+	log := logging.Component(opts.Logger, "admission")
 	a := cfg.Admission
 	limits := map[string]int{}
 	for name, t := range cfg.JobTypes {

@@ -95,9 +95,7 @@ func convertAll[A, B any](xs []A, f func(A) B) []B {
 }
 
 func refusalsToWire(rs []engine.Refusal) []wire.ClaimRefusal {
-	return convertAll(rs, func(r engine.Refusal) wire.ClaimRefusal {
-		return wire.ClaimRefusal{JobID: r.JobID, Reason: r.Reason, Detail: r.Detail}
-	})
+	return convertAll(rs, func(r engine.Refusal) wire.ClaimRefusal { return wire.ClaimRefusal(r) })
 }
 
 func claimItemsFromWire(items []wire.ClaimItem) []engine.ClaimItem {

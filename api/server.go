@@ -23,6 +23,7 @@ import (
 	"github.com/gpuorch/orchestrator/admission"
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/pools"
@@ -133,7 +134,7 @@ func New(opts Options) *Server {
 		streams:  opts.Streams,
 		leases:   opts.Leases,
 		auth:     opts.Auth,
-		log:      cmp.Or(opts.Logger, slog.Default()).With("component", "api"),
+		log:      logging.Component(opts.Logger, "api"),
 		ready:    opts.Ready,
 		database: cmp.Or(opts.Database, CheckMySQL),
 		metrics:  metricsOf(opts),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine/outbox"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
@@ -74,7 +75,7 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 		streams: sc,
 		cfg:     cfg,
 		now:     opts.Now,
-		log:     cmp.Or(opts.Logger, slog.Default()).With("component", "engine"),
+		log:     logging.Component(opts.Logger, "engine"),
 	}
 	if e.now == nil {
 		e.now = time.Now

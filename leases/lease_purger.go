@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/store"
 )
@@ -85,7 +86,7 @@ type LeasePurger struct {
 func NewLeasePurger(exp Expirer, cfg LeasePurgerConfig) *LeasePurger {
 	cfg.Interval = cmp.Or(cfg.Interval, LeasePurgerIntervalDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, LeasePurgerBatchDefault)
-	return &LeasePurger{exp: exp, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "lease_purger")}
+	return &LeasePurger{exp: exp, cfg: cfg, log: logging.Component(cfg.Logger, "lease_purger")}
 }
 
 // Start runs the purger until ctx ends or Stop is called. It returns at once.

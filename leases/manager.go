@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -86,7 +87,7 @@ func New(st store.Store, cfg Config, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{store: st, cfg: cfg, now: opts.Now, nodeID: opts.NodeID,
-		log: cmp.Or(opts.Logger, slog.Default()).With("component", "leases")}
+		log: logging.Component(opts.Logger, "leases")}
 	if m.now == nil {
 		m.now = time.Now
 	}

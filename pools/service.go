@@ -2,7 +2,6 @@ package pools
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/ident"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -59,7 +59,7 @@ type ServiceOptions struct {
 // NewService returns the pools service over the store, publishing preload events with sc.
 func NewService(st store.Store, sc *streams.Client, cfg *config.Config, opts ServiceOptions) *Service {
 	s := &Service{st: st, sc: sc, cfg: cfg, now: opts.Now,
-		log: cmp.Or(opts.Logger, slog.Default()).With("component", "pools")}
+		log: logging.Component(opts.Logger, "pools")}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
 )
 
@@ -55,7 +56,7 @@ type DLQRelay struct {
 func NewDLQRelay(r DeadLetterRelayer, cfg DLQRelayConfig) *DLQRelay {
 	cfg.Interval = cmp.Or(cfg.Interval, DLQRelayIntervalDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, DLQRelayBatchDefault)
-	return &DLQRelay{relayer: r, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "dlq_relay")}
+	return &DLQRelay{relayer: r, cfg: cfg, log: logging.Component(cfg.Logger, "dlq_relay")}
 }
 
 // Start runs the relay until ctx ends or Stop is called. It returns at once.

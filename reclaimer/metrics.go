@@ -1,9 +1,13 @@
 package reclaimer
 
 import (
+	"log/slog"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/metrics"
 )
 
@@ -83,4 +87,11 @@ func (m *Metrics) addEntries(stream string, before, after map[string]int) {
 			m.entries.WithLabelValues(stream, o).Add(float64(d))
 		}
 	}
+}
+
+// loop is the schedule of one of this package's loops (name: its passErrors label): every
+// interval ± 10%, staggered at start when stagger, a failed pass counted.
+func (m *Metrics) loop(name string, interval time.Duration, stagger bool, log *slog.Logger) startstop.LoopParams {
+	return startstop.LoopParams{Interval: interval, Jitter: 0.1, Stagger: stagger, Logger: log,
+		Failed: m.passErrors.WithLabelValues(name).Inc}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -128,17 +129,14 @@ func New(eng Engine, sc *streams.Client, cfg Config) *Reclaimer {
 	cfg.Metrics.initStreams(cfg.Groups)
 	return &Reclaimer{
 		eng: eng, sc: sc, cfg: cfg,
-		log:     cmp.Or(cfg.Logger, slog.Default()).With("component", "reclaimer"),
+		log:     logging.Component(cfg.Logger, "reclaimer"),
 		cursors: map[Group]string{},
 	}
 }
 
 // Start runs the reclaimer until ctx ends or Stop is called. It returns at once.
 func (r *Reclaimer) Start(ctx context.Context) error {
-	return r.StartLoop(ctx, startstop.LoopParams{
-		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
-		Failed: r.cfg.Metrics.passErrors.WithLabelValues("reclaimer").Inc,
-	}, startstop.Pass(r.runOnce))
+	return r.StartLoop(ctx, r.cfg.Metrics.loop("reclaimer", r.cfg.Interval, r.cfg.Stagger, r.log), startstop.Pass(r.runOnce))
 }
 
 // runOnce recovers Redis when needed, then reclaims from every group. A failing group does not

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -67,15 +68,12 @@ func NewTrimmer(sc *streams.Client, cfg TrimmerConfig) *Trimmer {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	return &Trimmer{sc: sc, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "trimmer")}
+	return &Trimmer{sc: sc, cfg: cfg, log: logging.Component(cfg.Logger, "trimmer")}
 }
 
 // Start runs the trimmer until ctx ends or Stop is called. It returns at once.
 func (t *Trimmer) Start(ctx context.Context) error {
-	return t.StartLoop(ctx, startstop.LoopParams{
-		Interval: t.cfg.Interval, Jitter: 0.1, Stagger: t.cfg.Stagger, Logger: t.log,
-		Failed: t.cfg.Metrics.passErrors.WithLabelValues("trimmer").Inc,
-	}, startstop.Pass(t.runOnce))
+	return t.StartLoop(ctx, t.cfg.Metrics.loop("trimmer", t.cfg.Interval, t.cfg.Stagger, t.log), startstop.Pass(t.runOnce))
 }
 
 // runOnce trims every stream once; a failing stream does not stop the others.

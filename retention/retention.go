@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/store"
 )
@@ -75,7 +76,7 @@ func NewCleaner(st Store, conf *config.Config, cfg Config) *Cleaner {
 		cfg.Clock = time.Now
 	}
 	return &Cleaner{store: st, conf: conf, cfg: cfg,
-		log: cmp.Or(cfg.Logger, slog.Default()).With("component", "retention")}
+		log: logging.Component(cfg.Logger, "retention")}
 }
 
 // Start runs the cleaner until ctx ends or Stop is called. It returns at once.

@@ -1,12 +1,13 @@
 package telemetry
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/gpuorch/orchestrator/internal/logging"
 )
 
 // AutoProbeTimeoutDefault bounds the first NVML snapshot Auto takes to count the devices.
@@ -39,7 +40,7 @@ type AutoOptions struct {
 // misconfigured simulation should stop the process rather than silently run without GPUs. NVML
 // failures are logged and fall through.
 func Auto(nodeID string, opts AutoOptions) (Provider, error) {
-	log := cmp.Or(opts.Logger, slog.Default()).With("component", "telemetry")
+	log := logging.Component(opts.Logger, "telemetry")
 	if opts.SimGPUs != "" {
 		if _, err := ParseSimGPUs(opts.SimGPUs); err != nil {
 			return nil, fmt.Errorf("choose telemetry provider: %w", err)

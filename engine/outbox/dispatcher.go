@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/tracing"
@@ -56,7 +57,7 @@ type Dispatcher struct {
 func NewDispatcher(r Relayer, cfg DispatcherConfig) *Dispatcher {
 	cfg.Interval = cmp.Or(cfg.Interval, DispatcherIntervalDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, DispatcherBatchDefault)
-	log := cmp.Or(cfg.Logger, slog.Default()).With("component", "dispatcher")
+	log := logging.Component(cfg.Logger, "dispatcher")
 	return &Dispatcher{relayer: r, cfg: cfg, log: log, wake: make(chan struct{}, 1)}
 }
 

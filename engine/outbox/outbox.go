@@ -9,7 +9,6 @@
 package outbox
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/tracing"
@@ -73,7 +73,7 @@ func New[S any](opts Options, commit func(batch []S)) *Outbox[S] {
 		store:    opts.Store,
 		streams:  opts.Streams,
 		streamOf: opts.StreamOf,
-		log:      cmp.Or(opts.Logger, slog.Default()).With("component", "outbox"),
+		log:      logging.Component(opts.Logger, "outbox"),
 	}
 	o.group.commit = commit
 	return o

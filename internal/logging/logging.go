@@ -26,3 +26,12 @@ func New(w io.Writer, level, format string) *slog.Logger {
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
+
+// Component is log (slog.Default() when nil) with the component attribute every line of a
+// loop or service carries ("component": "dispatcher").
+func Component(log *slog.Logger, name string) *slog.Logger {
+	if log == nil {
+		log = slog.Default()
+	}
+	return log.With("component", name)
+}

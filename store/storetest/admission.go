@@ -15,22 +15,14 @@ import (
 // testAdmission runs the conformance tests of admission_policies and of the job counts that
 // admission control reads, each on its own agents and types (they carry the subtest's prefix).
 func testAdmission(t *testing.T, parent *bundle) {
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, b *bundle)
-	}{
+	runAll(t, parent.s, []subtest{
 		{"PolicyRoundTrip", testAdmissionPolicyRoundTrip},
 		{"PolicyUpsertReplaces", testAdmissionPolicyUpsertReplaces},
 		{"PolicyDelete", testAdmissionPolicyDelete},
 		{"PolicyRollback", testAdmissionPolicyRollback},
 		{"CountUnfinished", testAdmissionCountUnfinished},
 		{"CountPending", testAdmissionCountPending},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newBundle(parent.s))
-		})
-	}
+	})
 }
 
 // policy returns a policy of an agent of the subtest.

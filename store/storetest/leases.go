@@ -15,22 +15,14 @@ import (
 // testLeases runs the conformance tests of orchestrator_leases and gpu_devices, each on its
 // own rows (tokens and node ids carry the subtest's prefix).
 func testLeases(t *testing.T, parent *bundle) {
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, b *bundle)
-	}{
+	runAll(t, parent.s, []subtest{
 		{"InsertAndGet", testLeaseInsertAndGet},
 		{"SetStatus", testLeaseSetStatus},
 		{"Heartbeat", testLeaseHeartbeat},
 		{"ListAndExpired", testLeaseListAndExpired},
 		{"GPUSnapshotAndCapacity", testGPUSnapshotAndCapacity},
 		{"MultiGPULease", testMultiGPULease},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newBundle(parent.s))
-		})
-	}
+	})
 }
 
 // lease returns an active lease of the subtest's node, expiring a minute after b.now.

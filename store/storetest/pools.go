@@ -15,10 +15,7 @@ import (
 // and worker ids carry the subtest's prefix). WorkerDeleteOffline selects by heartbeat age
 // alone, so its subtest uses instants older than any other subtest's workers.
 func testPools(t *testing.T, parent *bundle) {
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, b *bundle)
-	}{
+	runAll(t, parent.s, []subtest{
 		{"InsertGetList", testPoolInsertGetList},
 		{"UpdateCompareAndSet", testPoolUpdateCAS},
 		{"Touch", testPoolTouch},
@@ -27,12 +24,7 @@ func testPools(t *testing.T, parent *bundle) {
 		{"WorkerMarkOffline", testWorkerMarkOffline},
 		{"WorkerDelete", testWorkerDelete},
 		{"JobsInFlightByPool", testJobsInFlightByPool},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newBundle(parent.s))
-		})
-	}
+	})
 }
 
 // pool returns a starting pool of the subtest.

@@ -22,10 +22,7 @@ import (
 // for instance with t.Cleanup.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	s := open(t)
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, b *bundle)
-	}{
+	tests := []subtest{
 		{"InsertAndGet", testInsertAndGet},
 		{"InsertDuplicateReturnsExisting", testInsertDuplicate},
 		{"InsertConcurrentSameID", testInsertConcurrent},
@@ -65,6 +62,17 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Admission", testAdmission},
 		{"Pools", testPools},
 	}
+	runAll(t, s, tests)
+}
+
+// subtest is one named conformance test, run on a bundle of its own.
+type subtest struct {
+	name string
+	fn   func(t *testing.T, b *bundle)
+}
+
+// runAll runs every test in parallel, each on a fresh bundle of s.
+func runAll(t *testing.T, s store.Store, tests []subtest) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -2,7 +2,10 @@ module github.com/gpuorch/orchestrator/tools/golangci
 
 go 1.26.0
 
-tool github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+tool (
+	github.com/golangci/dupl
+	github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+)
 
 require (
 	4d63.com/gocheckcompilerdirectives v1.4.0 // indirect
