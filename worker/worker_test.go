@@ -19,10 +19,12 @@ func TestWorkerRunsJobsEndToEnd(t *testing.T) {
 	b := setup(t)
 	b.reg.Register("noop", NoopHandler{})
 	b.reg.Register("sleep", SleepHandler{})
-	noops, sleeps := jobIDs("noop", 300), jobIDs("sleep", 20)
+	// The sleeps outlive the flush delay (5 ms) by far more than a busy machine's scheduling
+	// delays; one round of them fills the worker's slots (8).
+	noops, sleeps := jobIDs("noop", 300), jobIDs("sleep", 8)
 	b.publish(t, "noop", "noop", `{}`, noops...)
 	w, stop := b.start(t, b.cfg(jobType("noop", "noop"), jobType("sleep", "sleep")))
-	b.publish(t, "sleep", "sleep", `{"ms": 30}`, sleeps...) // longer than the flush delay
+	b.publish(t, "sleep", "sleep", `{"ms": 500}`, sleeps...)
 
 	require.Eventually(t, func() bool { return b.api.resultCount() == len(noops)+len(sleeps) },
 		20*time.Second, 5*time.Millisecond)
@@ -47,7 +49,7 @@ func TestWorkerRunsJobsEndToEnd(t *testing.T) {
 	}
 	require.Equal(t, len(noops)+len(sleeps), len(b.api.started)+b.api.unstartedResults)
 	require.JSONEq(t, `{}`, string(b.api.results[noops[0]].Result))
-	require.JSONEq(t, `{"slept_ms":30}`, string(b.api.results[sleeps[0]].Result))
+	require.JSONEq(t, `{"slept_ms":500}`, string(b.api.results[sleeps[0]].Result))
 }
 
 func TestWorkerRefusedEntries(t *testing.T) {

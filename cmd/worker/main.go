@@ -22,14 +22,22 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/internal/startstop"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
 	"github.com/gpuorch/orchestrator/tracing"
 	"github.com/gpuorch/orchestrator/worker"
 )
 
-// redisPingTimeout bounds the startup check that Redis answers.
-const redisPingTimeout = 10 * time.Second
+// Startup: a worker started while Redis is out of reach (restarting, failing over, a hung
+// server) waits for it, pinging with backoff, rather than exiting: what starts it (a
+// Deployment, systemd) would only start it again.
+const (
+	// redisPingTimeout bounds one ping.
+	redisPingTimeout = 5 * time.Second
+	// redisStartupWait is how long the worker waits for Redis at start before it gives up.
+	redisStartupWait = 2 * time.Minute
+)
 
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -195,10 +203,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	rdb := streams.NewRedis(cfg.RedisAddr, cfg.RedisPassword)
 	defer func() { _ = rdb.Close() }() // at exit: closing only frees connections
 	sc := streams.New(rdb, streams.Options{Prefix: cfg.RedisPrefix})
-	pingCtx, cancel := context.WithTimeout(ctx, redisPingTimeout)
-	defer cancel()
-	if err := sc.Ping(pingCtx); err != nil {
-		return fmt.Errorf("connect to redis at %s: %w", cfg.RedisAddr, err)
+	if err := waitForRedis(ctx, sc, cfg.RedisAddr, log); err != nil {
+		return err
 	}
 	// The node's GPUs, reported with every lease renewal; GPU jobs are placed by them.
 	gpus, err := telemetry.Auto(cfg.NodeID, telemetry.AutoOptions{
@@ -251,4 +257,29 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	return w.Run(ctx)
+}
+
+// waitForRedis pings Redis until it answers, with capped, jittered backoff, for at most
+// redisStartupWait.
+func waitForRedis(ctx context.Context, sc *streams.Client, addr string, log *slog.Logger) error {
+	deadline := time.Now().Add(redisStartupWait)
+	delay := 250 * time.Millisecond
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, redisPingTimeout)
+		err := sc.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("connect to redis at %s: %w", addr, err)
+		}
+		log.Warn("redis not reachable, retrying", "component", "worker", "redis_addr", addr, "error", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(startstop.Jitter(delay, 0.2)):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }

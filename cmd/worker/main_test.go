@@ -8,11 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/internal/embedredis"
 	"github.com/gpuorch/orchestrator/internal/testenv"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/worker"
@@ -198,6 +201,36 @@ func TestWorkerProcess(t *testing.T) {
 		defer api.mu.Unlock()
 		require.Equal(t, "Bearer tok", api.auth)
 		require.Equal(t, client.ResultDone, api.results[0].Status)
+	})
+
+	t.Run("WaitsForRedisAtStart", func(t *testing.T) {
+		// A worker started while Redis is out of reach waits for it instead of exiting.
+		t.Parallel()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		require.NoError(t, l.Close()) // nothing listens there until the server below starts
+		api := &fakeServer{}
+		srv := httptest.NewServer(api)
+		t.Cleanup(srv.Close)
+		path := writeConfig(t, "job_types:\n  late: {handler: noop}\nworker:\n  block: 50ms\n")
+		cmd, out, done := startWorker(t, []string{"ORCH_REDIS_ADDR=" + addr, "ORCH_API_URL=" + srv.URL,
+			"ORCH_API_TOKEN=tok"}, "--config", path, "--types", "late", "--id", "w-late")
+		require.Eventually(t, func() bool { return strings.Contains(out.String(), "redis not reachable, retrying") },
+			20*time.Second, 10*time.Millisecond, "output:\n%s", out)
+
+		late, err := embedredis.Start(addr)
+		require.NoError(t, err)
+		t.Cleanup(late.Close)
+		rdb := streams.NewRedis(addr, "")
+		t.Cleanup(func() { _ = rdb.Close() })
+		_, err = streams.New(rdb, streams.Options{}).Publish(context.Background(), []streams.Message{{Stream: "late", JobID: "j1", Type: "late"}})
+		require.NoError(t, err)
+		if !assert.Eventually(t, func() bool { return api.count() == 1 }, 30*time.Second, 10*time.Millisecond) {
+			t.Fatalf("no result reported; worker output:\n%s", out.String())
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		require.Equal(t, 0, waitExit(t, done, out), out.String())
 	})
 
 	t.Run("StartupErrorExitsNonZero", func(t *testing.T) {
