@@ -15,29 +15,38 @@ import (
 // jobToWire converts a job row to its wire form. Times are shown in UTC.
 func jobToWire(j store.Job) wire.Job {
 	return wire.Job{
-		JobID:        j.ID,
-		Type:         j.Type,
-		Agent:        j.Agent,
-		Payload:      rawOrNil(j.Payload),
-		Status:       string(j.Status),
-		Attempts:     j.Attempts,
-		MaxAttempts:  j.MaxAttempts,
-		AvailableAt:  j.AvailableAt.UTC(),
-		Enqueued:     j.Enqueued,
-		StreamID:     j.StreamID,
-		OwnerPool:    j.OwnerPool,
-		WorkerID:     j.WorkerID,
-		GPUMemoryMB:  j.GPUMemoryMB,
-		GPUs:         j.GPUCount(),
-		GPUExclusive: j.GPUExclusive && j.GPUMemoryMB > 0,
-		Timeout:      wire.Duration(j.Timeout),
-		Result:       rawOrNil(j.Result),
-		LastError:    j.LastError,
-		CreatedAt:    j.CreatedAt.UTC(),
-		UpdatedAt:    j.UpdatedAt.UTC(),
-		StartedAt:    utcPtr(j.StartedAt),
-		FinishedAt:   utcPtr(j.FinishedAt),
+		JobID:         j.ID,
+		Type:          j.Type,
+		Agent:         j.Agent,
+		Payload:       rawOrNil(j.Payload),
+		Status:        string(j.Status),
+		Attempts:      j.Attempts,
+		MaxAttempts:   j.MaxAttempts,
+		AvailableAt:   j.AvailableAt.UTC(),
+		Enqueued:      j.Enqueued,
+		StreamID:      j.StreamID,
+		OwnerPool:     j.OwnerPool,
+		WorkerID:      j.WorkerID,
+		GPUMemoryMB:   j.GPUMemoryMB,
+		GPUs:          j.GPUCount(),
+		GPUExclusive:  j.GPUExclusive && j.GPUMemoryMB > 0,
+		WaitingReason: waitingReason(j),
+		Timeout:       wire.Duration(j.Timeout),
+		Result:        rawOrNil(j.Result),
+		LastError:     j.LastError,
+		CreatedAt:     j.CreatedAt.UTC(),
+		UpdatedAt:     j.UpdatedAt.UTC(),
+		StartedAt:     utcPtr(j.StartedAt),
+		FinishedAt:    utcPtr(j.FinishedAt),
 	}
+}
+
+// waitingReason is j's waiting reason while it is pending.
+func waitingReason(j store.Job) string {
+	if j.Status != store.JobPending {
+		return ""
+	}
+	return j.WaitingReason
 }
 
 // rawOrNil keeps an empty raw message out of the JSON (an empty RawMessage does not marshal).

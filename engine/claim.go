@@ -112,7 +112,8 @@ func lockClaim(ctx context.Context, tx store.Tx, p ClaimParams) (map[string]*sto
 }
 
 // placeClaims prepares a lease for each claimable job and plans its claim; a job no GPU has
-// room for is refused with retry_later (res.Refused) and stays pending.
+// room for is refused with retry_later (res.Refused) and stays pending, the denial recorded as
+// its waiting reason.
 func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, claimable []candidate, gpuJobs bool,
 	now time.Time, res *ClaimResult) ([]plan, []store.Lease, error) {
 	// Lock the node's GPUs before any non-locking read of the transaction, so the
@@ -126,11 +127,15 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 	}
 	plans := make([]plan, 0, len(claimable))
 	granted := make([]store.Lease, 0, len(claimable))
+	waiting := map[string][]string{} // reason → the jobs refused for it whose reason changes
 	for _, c := range claimable {
 		attempts := c.job.Attempts + 1
 		lease, err := e.leases.Prepare(node, e.leaseParams(c.job, p, attempts), now)
 		if d, ok := leases.IsDenial(err); ok {
 			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedRetryLater, Detail: d.Reason})
+			if why := d.Reason + ": " + d.Message; why != c.job.WaitingReason {
+				waiting[why] = append(waiting[why], c.job.ID)
+			}
 			continue
 		} else if err != nil {
 			return nil, nil, err
@@ -138,6 +143,11 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 		plans = append(plans, claimPlan(c, p, attempts, lease, now))
 		granted = append(granted, lease)
 		res.Leases[c.job.ID] = lease
+	}
+	for why, ids := range waiting {
+		if _, err := tx.JobSetWaiting(ctx, ids, why); err != nil {
+			return nil, nil, err
+		}
 	}
 	return plans, granted, nil
 }
@@ -151,6 +161,9 @@ func claimPlan(c candidate, p ClaimParams, attempts int, lease store.Lease, now 
 		OwnerPool:  &p.PoolID,
 		LeaseToken: &lease.Token,
 		Now:        now,
+	}
+	if c.job.WaitingReason != "" {
+		update.WaitingReason = new(string) // placed: no longer waiting
 	}
 	if streams.IsEntryID(c.item.MessageID) {
 		// The entry the worker read is the job's live entry: its enqueued mark, 100 ms

@@ -84,6 +84,8 @@ func TestClaimLeases(t *testing.T) {
 		left := b.job(t, j4.ID)
 		require.Equal(t, store.JobPending, left.Status, "no room is not a failed attempt")
 		require.Zero(t, left.Attempts)
+		require.Contains(t, left.WaitingReason, "no_capacity: no GPU of node", "the denial is the job's waiting reason")
+		require.Contains(t, left.WaitingReason, "has 10000 MB free")
 
 		// Completing one frees its GPU memory for the waiting job.
 		done, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{
@@ -94,6 +96,7 @@ func TestClaimLeases(t *testing.T) {
 		res = b.claimOn(t, "w2", node, j4.ID)
 		require.Len(t, res.Claimed, 1)
 		require.Equal(t, 0, *res.Leases[j4.ID].GPUIndex)
+		require.Empty(t, b.job(t, j4.ID).WaitingReason, "placed: no longer waiting")
 	})
 
 	t.Run("CPUJobsGetCPULeases", func(t *testing.T) {
@@ -118,12 +121,14 @@ func TestClaimLeases(t *testing.T) {
 		job := b.submit(t, "gpu")
 		res := b.claimOn(t, "w1", uid("unknown"), job.ID)
 		require.Equal(t, []engine.Refusal{{JobID: job.ID, Reason: engine.RefusedRetryLater, Detail: "node_unknown"}}, res.Refused)
+		require.Contains(t, b.job(t, job.ID).WaitingReason, "node_unknown: ")
 
 		node := uid("node")
 		b.report(t, node, 24576)
 		b.clock.Add(b.cfg.Leases.TelemetryFreshness)
 		res = b.claimOn(t, "w1", node, job.ID)
 		require.Equal(t, []engine.Refusal{{JobID: job.ID, Reason: engine.RefusedRetryLater, Detail: "telemetry_stale"}}, res.Refused)
+		require.Contains(t, b.job(t, job.ID).WaitingReason, "telemetry_stale: the telemetry of node", "a new denial replaces the old")
 
 		b.report(t, node, 24576)
 		require.Len(t, b.claimOn(t, "w1", node, job.ID).Claimed, 1, "fresh telemetry again")

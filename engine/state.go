@@ -159,6 +159,7 @@ func mergeUpdate(dst *store.JobUpdate, u store.JobUpdate) {
 	pick(&dst.WorkerID, u.WorkerID)
 	pick(&dst.LeaseToken, u.LeaseToken)
 	pick(&dst.StreamID, u.StreamID)
+	pick(&dst.WaitingReason, u.WaitingReason)
 	pick(&dst.LastError, u.LastError)
 	pick(&dst.StartedAt, u.StartedAt)
 	pick(&dst.FinishedAt, u.FinishedAt)
@@ -200,6 +201,9 @@ func applyUpdate(j *store.Job, u store.JobUpdate) {
 	}
 	if u.StreamID != nil {
 		j.StreamID = *u.StreamID
+	}
+	if u.WaitingReason != nil {
+		j.WaitingReason = *u.WaitingReason
 	}
 	if u.Result != nil {
 		j.Result = u.Result

@@ -104,13 +104,16 @@ type Job struct {
 	GPUs int
 	// GPUExclusive asks for GPUs that nothing else is placed on while the job holds them.
 	GPUExclusive bool
-	Timeout      time.Duration
-	Result       json.RawMessage
-	LastError    string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	StartedAt    *time.Time
-	FinishedAt   *time.Time
+	// WaitingReason is why the pending job was last refused a place (a claim's lease denial:
+	// "no_capacity: …"); empty when none. A claim clears it.
+	WaitingReason string
+	Timeout       time.Duration
+	Result        json.RawMessage
+	LastError     string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	StartedAt     *time.Time
+	FinishedAt    *time.Time
 }
 
 // JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
@@ -183,12 +186,14 @@ type JobUpdate struct {
 	LeaseToken  *string
 	// StreamID names the job's live stream entry: a claim sets the entry its worker read,
 	// which the job's enqueued mark may not have recorded yet (a Redis recovery looks for it).
-	StreamID   *string
-	Result     json.RawMessage // nil: unchanged
-	LastError  *string
-	StartedAt  *time.Time // a pointer to the zero time clears it (NULL), e.g. for a retry
-	FinishedAt *time.Time // likewise
-	Now        time.Time  // updated_at
+	StreamID *string
+	// WaitingReason sets the job's waiting reason (a claim clears it).
+	WaitingReason *string
+	Result        json.RawMessage // nil: unchanged
+	LastError     *string
+	StartedAt     *time.Time // a pointer to the zero time clears it (NULL), e.g. for a retry
+	FinishedAt    *time.Time // likewise
+	Now           time.Time  // updated_at
 }
 
 // JobEnqueued records that a job was published for a given attempt count. The mark applies only
@@ -268,6 +273,10 @@ type JobExecutor interface {
 	// JobMarkEnqueued sets enqueued=1 and stream_id for each entry that still matches (pending,
 	// not enqueued, same attempts); it returns how many rows changed.
 	JobMarkEnqueued(ctx context.Context, marks []JobEnqueued) (int, error)
+	// JobSetWaiting sets the waiting reason (cut to 255 bytes) of the jobs among ids that are
+	// still pending, leaving updated_at as it is: the reason is advice, not a state. It returns
+	// how many rows changed.
+	JobSetWaiting(ctx context.Context, ids []string, reason string) (int, error)
 	// JobMarkPublished is JobMarkEnqueued for jobs the calling transaction inserted itself: the
 	// rows are its own and locked, so every mark matches and nothing is counted. That lets a
 	// driver send it with the transaction's next statement or its commit (store/mysql/txconn.go)

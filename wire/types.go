@@ -138,15 +138,19 @@ type Job struct {
 	GPUMemoryMB int             `json:"gpu_memory_mb"`
 	// GPUs and GPUExclusive: the job's GPUs of one node (0 for a CPU job), and whether it holds
 	// them alone; GPUMemoryMB is needed on each.
-	GPUs         int             `json:"gpus,omitempty"`
-	GPUExclusive bool            `json:"gpu_exclusive,omitempty"`
-	Timeout      Duration        `json:"timeout"`
-	Result       json.RawMessage `json:"result,omitempty"`
-	LastError    string          `json:"last_error,omitempty"`
-	CreatedAt    time.Time       `json:"created_at"`
-	UpdatedAt    time.Time       `json:"updated_at"`
-	StartedAt    *time.Time      `json:"started_at,omitempty"`
-	FinishedAt   *time.Time      `json:"finished_at,omitempty"`
+	GPUs         int  `json:"gpus,omitempty"`
+	GPUExclusive bool `json:"gpu_exclusive,omitempty"`
+	// WaitingReason is why a pending job was last refused a place, as "<code>: <message>"
+	// ("no_capacity: no GPU of node \"n1\" has 30000 MB free ..."); absent when none, and once
+	// the job is no longer pending.
+	WaitingReason string          `json:"waiting_reason,omitempty"`
+	Timeout       Duration        `json:"timeout"`
+	Result        json.RawMessage `json:"result,omitempty"`
+	LastError     string          `json:"last_error,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+	StartedAt     *time.Time      `json:"started_at,omitempty"`
+	FinishedAt    *time.Time      `json:"finished_at,omitempty"`
 }
 
 // JobList is a page of GET /jobs. NextCursor is empty on the last page.

@@ -43,8 +43,8 @@ func newJobsCmd(g *globals) *cobra.Command {
 A job moves pending → claimed → running → done; a failed attempt goes back to pending with
 backoff until its attempts are used up, then to dead_letter. Any job that has not finished can be
 cancelled. done, dead_letter and cancelled are terminal.`,
-	}, newJobsSubmitCmd(g), newJobsSubmitBatchCmd(g), newJobsGetCmd(g), newJobsListCmd(g), newJobsCancelCmd(g),
-		newJobsWaitCmd(g), newJobsWatchCmd(g))
+	}, newJobsSubmitCmd(g), newJobsSubmitBatchCmd(g), newJobsGetCmd(g), newJobsWhyCmd(g), newJobsListCmd(g),
+		newJobsCancelCmd(g), newJobsWaitCmd(g), newJobsWatchCmd(g))
 }
 
 // submitFlags are the flags of `jobs submit`.
@@ -239,7 +239,7 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 	}
 	gpu := "no (CPU job)"
 	if j.GPUMemoryMB > 0 {
-		gpu = strconv.Itoa(j.GPUMemoryMB) + " MB"
+		gpu = gpuRequest(j)
 	}
 	t := newTable(w)
 	for _, kv := range [][2]string{
@@ -250,7 +250,8 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		{"ATTEMPTS", attempts(j)},
 		{"WORKER", orDash(j.WorkerID)},
 		{"POOL", orDash(j.OwnerPool)},
-		{"GPU MEMORY", gpu},
+		{"GPU", gpu},
+		{"WAITING", orDash(j.WaitingReason)},
 		{"TIMEOUT", time.Duration(j.Timeout).String()},
 		{"ENQUEUED", enqueued},
 		{"AVAILABLE AT", fmtTime(j.AvailableAt, now)},

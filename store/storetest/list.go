@@ -246,3 +246,27 @@ func testMarkEnqueued(t *testing.T, b *bundle) {
 	_, err = b.s.JobGet(t.Context(), rolledBack.ID)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// testSetWaiting: a waiting reason lands on pending jobs only, is cut to 255 bytes at a rune
+// boundary, leaves updated_at alone, and a claim's update clears it.
+func testSetWaiting(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	pending, claimed := b.insert(t, "pending"), b.insert(t, "claimed")
+	require.NoError(t, b.update(t, store.JobUpdate{ID: claimed.ID, From: store.JobPending, To: store.JobClaimed}))
+	n, err := b.s.JobSetWaiting(ctx, []string{pending.ID, claimed.ID, b.id("missing")}, "no_capacity: full")
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the pending job only")
+	got := b.get(t, pending.ID)
+	require.Equal(t, "no_capacity: full", got.WaitingReason)
+	requireTime(t, pending.UpdatedAt, got.UpdatedAt, "updated_at")
+	require.Empty(t, b.get(t, claimed.ID).WaitingReason)
+
+	long := strings.Repeat("é", 200) // 400 bytes
+	_, err = b.s.JobSetWaiting(ctx, []string{pending.ID}, long)
+	require.NoError(t, err)
+	require.Equal(t, strings.Repeat("é", 127), b.get(t, pending.ID).WaitingReason, "255 bytes at most, whole runes")
+
+	require.NoError(t, b.update(t, store.JobUpdate{ID: pending.ID, From: store.JobPending, To: store.JobClaimed,
+		WaitingReason: new(string)}))
+	require.Empty(t, b.get(t, pending.ID).WaitingReason)
+}

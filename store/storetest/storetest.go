@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListFilters", testListFilters},
 		{"ListDispatchable", testListDispatchable},
 		{"MarkEnqueued", testMarkEnqueued},
+		{"SetWaiting", testSetWaiting},
 		{"AuditInsertAndList", testAuditInsertAndList},
 		{"AuditManyRows", testAuditManyRows},
 		{"AuditUnfiltered", testAuditUnfiltered},

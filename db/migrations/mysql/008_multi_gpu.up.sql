@@ -6,6 +6,9 @@
 -- orchestrator_jobs.gpu_exclusive: the job wants its GPUs to itself (nothing else placed on
 -- them while its lease is active).
 --
+-- orchestrator_jobs.waiting_reason: why a pending job was last refused a place ("no_capacity:
+-- no GPU of node ... has 30000 MB free ..."), '' when none; cleared when the job is claimed.
+--
 -- orchestrator_leases.gpu_indexes: the GPUs of a lease beyond gpu_index, comma-separated
 -- ("3,5"); '' for a lease of one GPU, or none. memory_mb is reserved on each of them. The
 -- placement sums read it (store/internal/sqlgen/gpus.go).
@@ -13,6 +16,7 @@
 -- Adding columns with defaults changes only metadata on MariaDB 10.11 (instant ADD COLUMN).
 ALTER TABLE orchestrator_jobs
     ADD COLUMN gpus INT NOT NULL DEFAULT 0,
-    ADD COLUMN gpu_exclusive TINYINT(1) NOT NULL DEFAULT 0;
+    ADD COLUMN gpu_exclusive TINYINT(1) NOT NULL DEFAULT 0,
+    ADD COLUMN waiting_reason VARCHAR(255) NOT NULL DEFAULT '';
 ALTER TABLE orchestrator_leases
     ADD COLUMN gpu_indexes VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '';

@@ -105,6 +105,22 @@ func (e Executor) JobClearEnqueued(ctx context.Context, status store.JobStatus, 
 	return total, nil
 }
 
+// JobSetWaiting sets waiting_reason on the pending jobs among ids, one UPDATE per chunk of ids.
+func (e Executor) JobSetWaiting(ctx context.Context, ids []string, reason string) (int, error) {
+	total := 0
+	reason = TruncateUTF8(reason, WaitingReasonMax)
+	for chunk := range slices.Chunk(ASCIIIDs(ids), max(e.d.Chunk, 1)) {
+		args := slices.Concat([]any{reason}, Args(chunk), []any{string(store.JobPending)})
+		n, err := e.d.ExecCount(ctx, e.w, "set waiting reasons", `UPDATE `+e.d.table("orchestrator_jobs")+
+			` SET waiting_reason = ? WHERE job_id IN (`+Placeholders(len(chunk))+`) AND status = ?`, args...)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
 // DeletableJobs is the condition that JobDeleteTerminal's jobs meet, past their retention
 // (store.JobDeleteParams), with its arguments; ok is false when p selects no job.
 func (d *Driver) DeletableJobs(p store.JobDeleteParams) (where string, args []any, ok bool) {

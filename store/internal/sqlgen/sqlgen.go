@@ -23,6 +23,9 @@ import (
 // text.
 const LastErrorMax = 65535
 
+// WaitingReasonMax is the byte capacity of waiting_reason (VARCHAR(255) in MariaDB).
+const WaitingReasonMax = 255
+
 // Encoding is how a driver passes the values its dialect stores its own way.
 type Encoding struct {
 	// Time encodes a DATETIME(6) value.
@@ -100,6 +103,9 @@ func JobSet(u store.JobUpdate, enc Encoding) []Assign {
 	}
 	if u.StreamID != nil {
 		add("stream_id", *u.StreamID)
+	}
+	if u.WaitingReason != nil {
+		add("waiting_reason", TruncateUTF8(*u.WaitingReason, WaitingReasonMax))
 	}
 	if u.Result != nil {
 		add("result", string(u.Result))
