@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
 )
 
 func TestJobsSubmit(t *testing.T) {
@@ -41,6 +42,25 @@ func TestJobsSubmit(t *testing.T) {
 		r := b.run(t, "jobs", "submit", "--type", "noop", "--agent", "ops", "--gpus", "2")
 		require.NotEqual(t, exitOK, r.code)
 		require.Contains(t, r.stderr, "resources.gpu_memory_mb", "%s", r)
+	})
+
+	t.Run("Why", func(t *testing.T) {
+		t.Parallel()
+		id := b.submit(t, "why-cpu", "ops")
+		r := b.runOK(t, "jobs", "why", id)
+		require.Equal(t, id+" pending: waits for a worker of type noop to read it\n", r.stdout)
+
+		b.runOK(t, "jobs", "submit", "--type", "noop", "--agent", "ops", "--job-id", "why-gpu", "--gpu-memory-mb", "1000")
+		res, err := b.eng.Claim(t.Context(), engine.ClaimParams{WorkerID: "w1", NodeID: "why-nowhere",
+			Items: []engine.ClaimItem{{JobID: "why-gpu"}}})
+		require.NoError(t, err)
+		require.Len(t, res.Refused, 1)
+		r = b.runOK(t, "jobs", "why", "why-gpu")
+		require.Contains(t, r.stdout, `why-gpu pending: waits for a place: node_unknown: node "why-nowhere" has reported no GPU`)
+		require.Contains(t, b.runOK(t, "jobs", "get", "why-gpu").stdout, "1000 MB on 1 GPU")
+
+		b.done(t, id, `{}`)
+		require.Contains(t, b.runOK(t, "jobs", "why", id).stdout, id+" done: finished ")
 	})
 
 	t.Run("PayloadFromStdin", func(t *testing.T) {

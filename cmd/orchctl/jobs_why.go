@@ -61,12 +61,10 @@ func (g *globals) why(j client.Job) string {
 		return "claimed by worker " + j.WorkerID + ", starting"
 	case "running":
 		return "running on worker " + j.WorkerID + ", since " + fmtTimePtr(j.StartedAt, now)
-	case "done":
-		return "done, " + fmtTimePtr(j.FinishedAt, now)
+	case "done", "cancelled":
+		return "finished " + fmtTimePtr(j.FinishedAt, now)
 	case "dead_letter":
-		return "dead-lettered after attempt " + attempts(j) + ": " + orDash(truncate(j.LastError, maxFieldValue))
-	case "cancelled":
-		return "cancelled, " + fmtTimePtr(j.FinishedAt, now)
+		return "its attempts are used up (" + attempts(j) + "); the last failed with: " + orDash(truncate(j.LastError, maxFieldValue))
 	}
 	return j.Status
 }
