@@ -210,20 +210,28 @@ The table cuts the payload, result and last error at ` + strconv.Itoa(maxFieldVa
 job exactly as the API returns it. An agent token sees only its own agent's jobs (any other is
 "not found").`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(cmd)
-			if err != nil {
-				return err
-			}
-			job, err := c.GetJob(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
+		RunE: g.onJob(func(w io.Writer, job client.Job) error {
 			if g.json() {
-				return writeJSON(cmd.OutOrStdout(), job)
+				return writeJSON(w, job)
 			}
-			return g.printJob(cmd.OutOrStdout(), job)
-		},
+			return g.printJob(w, job)
+		}),
+	}
+}
+
+// onJob is the RunE of a command that reads the job its argument names and shows it on
+// standard output with show.
+func (g *globals) onJob(show func(w io.Writer, job client.Job) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := g.client(cmd)
+		if err != nil {
+			return err
+		}
+		job, err := c.GetJob(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		return show(cmd.OutOrStdout(), job)
 	}
 }
 

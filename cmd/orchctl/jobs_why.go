@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -21,25 +22,17 @@ GPU 0"); a pending job without one waits for a worker of its type to read it, or
 backoff. A claimed or running job names its worker; a finished one its end.`,
 		Example: `  orchctl jobs why j0191f3c...`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(cmd)
-			if err != nil {
-				return err
-			}
-			job, err := c.GetJob(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
+		RunE: g.onJob(func(w io.Writer, job client.Job) error {
 			if g.json() {
-				return writeJSON(cmd.OutOrStdout(), struct {
+				return writeJSON(w, struct {
 					JobID  string `json:"job_id"`
 					Status string `json:"status"`
 					Why    string `json:"why"`
 				}{job.JobID, job.Status, g.why(job)})
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s\n", job.JobID, job.Status, g.why(job))
+			_, err := fmt.Fprintf(w, "%s %s: %s\n", job.JobID, job.Status, g.why(job))
 			return err
-		},
+		}),
 	}
 }
 
