@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,8 @@ what active leases reserve on it, and what placement would still hand out:
   FREE = TOTAL − max(USED, RESERVED) − safety margin
 
 USED is what the driver reports (every process on the GPU, ours or not); RESERVED is what leases
-promised, including holders that have not allocated yet. STATE is "ok", "stale" (the telemetry
+promised, including holders that have not allocated yet, and HELD BY says whose: the jobs of
+worker leases and "agent:NAME" for an agent's own lease (a job of several GPUs is on each). STATE is "ok", "stale" (the telemetry
 is older than leases.telemetry_freshness: placement skips the GPU until its node reports
 again) or "lost: REASON" (the driver lost the GPU; it needs a reset and is never placed on).
 
@@ -53,17 +55,61 @@ With -o json the one document is {"gpus": [...]}, with exact numbers (MiB, secon
 				fmt.Fprintln(cmd.ErrOrStderr(), "no GPUs: no node has reported GPU telemetry (workers send it with their lease renewals)")
 				return nil
 			}
-			return printGPUs(cmd, list.GPUs)
+			active, err := c.ListLeases(cmd.Context(), client.ListLeasesParams{Status: client.LeaseActive, NodeID: node,
+				Limit: leaseListLimitMax})
+			if err != nil {
+				return err
+			}
+			return printGPUs(cmd, list.GPUs, holders(active.Leases, len(active.Leases) == leaseListLimitMax))
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "only the GPUs of this node")
 	return cmd
 }
 
-// printGPUs prints one row per GPU.
-func printGPUs(cmd *cobra.Command, gpus []client.GPU) error {
+// gpuKey names one GPU of one node.
+type gpuKey struct {
+	node  string
+	index int
+}
+
+// maxHolders bounds the holders a HELD BY cell names.
+const maxHolders = 3
+
+// holders is the HELD BY cell of every GPU the active leases hold: their jobs, or the agents
+// of agents' own leases, oldest first, at most maxHolders then "+N". truncated says the list of
+// leases was cut at its page size, so a cell may miss some.
+func holders(active []client.Lease, truncated bool) map[gpuKey]string {
+	names := map[gpuKey][]string{}
+	for i := len(active) - 1; i >= 0; i-- { // the API lists newest first
+		l := active[i]
+		who := l.JobID
+		if who == "" {
+			who = "agent:" + l.Agent
+		}
+		for _, g := range l.GPUIndexes {
+			k := gpuKey{l.NodeID, g}
+			names[k] = append(names[k], who)
+		}
+	}
+	out := make(map[gpuKey]string, len(names))
+	for k, ns := range names {
+		cell := strings.Join(ns[:min(len(ns), maxHolders)], ", ")
+		if more := len(ns) - maxHolders; more > 0 {
+			cell += fmt.Sprintf(" +%d", more)
+		}
+		if truncated {
+			cell += " …"
+		}
+		out[k] = cell
+	}
+	return out
+}
+
+// printGPUs prints one row per GPU; heldBy is each GPU's HELD BY cell.
+func printGPUs(cmd *cobra.Command, gpus []client.GPU, heldBy map[gpuKey]string) error {
 	t := newTable(cmd.OutOrStdout(), "NODE", "GPU", "NAME", "TOTAL", "USED", "RESERVED", "FREE", "LEASES",
-		"UTIL", "TEMP", "AGE", "STATE")
+		"UTIL", "TEMP", "AGE", "STATE", "HELD BY")
 	for _, gpu := range gpus {
 		leases := strconv.Itoa(gpu.ActiveLeases)
 		if gpu.Exclusive {
@@ -71,7 +117,8 @@ func printGPUs(cmd *cobra.Command, gpus []client.GPU) error {
 		}
 		t.row(gpu.NodeID, strconv.Itoa(gpu.Index), orDash(gpu.Name), fmtMB(gpu.MemoryTotalMB), fmtMB(gpu.MemoryUsedMB),
 			fmtMB(gpu.MemoryReservedMB), fmtMB(gpu.MemoryFreeMB), leases, strconv.Itoa(gpu.UtilizationPct)+"%",
-			strconv.Itoa(gpu.TemperatureC)+"C", fmtAge(secondsDuration(gpu.AgeSeconds)), gpuState(gpu))
+			strconv.Itoa(gpu.TemperatureC)+"C", fmtAge(secondsDuration(gpu.AgeSeconds)), gpuState(gpu),
+			orDash(heldBy[gpuKey{gpu.NodeID, gpu.Index}]))
 	}
 	return t.flush()
 }

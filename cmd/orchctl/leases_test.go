@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/api"
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/engine"
 )
 
 func TestLeases(t *testing.T) {
@@ -141,7 +142,9 @@ func TestGPUs(t *testing.T) {
 	require.Len(t, rows, 2, "%s", r)
 	leased := rows[*g.GPUIndex]
 	require.Equal(t, []string{"n1", itoa(*g.GPUIndex), "SimGPU", "24.0G", "0", "4.0G"}, leased[:6], "%s", r)
-	require.Equal(t, "ok", last(leased))
+	require.Equal(t, "ok", leased[len(leased)-2])
+	require.Equal(t, "agent:alice", last(leased), "HELD BY: an agent's own lease")
+	require.Equal(t, "-", last(rows[1-*g.GPUIndex]))
 
 	list := decodeJSON[client.GPUList](t, b.runOK(t, "gpus", "--node", "n1", "-o", "json"))
 	require.Len(t, list.GPUs, 2)
@@ -151,6 +154,18 @@ func TestGPUs(t *testing.T) {
 
 	list = decodeJSON[client.GPUList](t, b.runOK(t, "gpus", "--node", "nowhere", "-o", "json"))
 	require.Empty(t, list.GPUs)
+
+	// A job of two GPUs is held on both.
+	_, _, err := b.eng.Submit(t.Context(), engine.SubmitParams{JobID: "pair", Type: "noop", Agent: "alice",
+		Payload: []byte(`{}`), Resources: &engine.Resources{GPUMemoryMB: 1000, GPUs: 2}})
+	require.NoError(t, err)
+	res, err := b.eng.Claim(t.Context(), engine.ClaimParams{WorkerID: "w1", NodeID: "n1", Items: []engine.ClaimItem{{JobID: "pair"}}})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1, "refused: %+v", res.Refused)
+	rows = tableRows(t, b.runOK(t, "gpus").stdout)
+	require.Equal(t, "pair", last(rows[1-*g.GPUIndex]))
+	held := rows[*g.GPUIndex]
+	require.Equal(t, []string{"agent:alice,", "pair"}, held[len(held)-2:], "oldest first: %v", rows)
 }
 
 // TestLeaseLimitsMatchTheAPI keeps orchctl's copy of the API's page sizes right.
