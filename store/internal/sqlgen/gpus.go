@@ -110,64 +110,41 @@ func (e Executor) gpuCapacity(ctx context.Context, x Reader, nodeID string, oneN
 	if oneNode {
 		f.add("node_id = ?", nodeID)
 	}
-	sums, err := x.QueryContext(ctx, `SELECT node_id, gpu_index, COALESCE(SUM(memory_mb), 0), COUNT(*), MAX(exclusive)
-		FROM orchestrator_leases`+f.sql()+" GROUP BY node_id, gpu_index", f.args...)
+	// Leases of several GPUs (gpu_indexes) form groups of their own: each group's sums count on
+	// its gpu_index and on every GPU of its gpu_indexes.
+	sums, err := x.QueryContext(ctx, `SELECT node_id, gpu_index, gpu_indexes, COALESCE(SUM(memory_mb), 0), COUNT(*),
+		MAX(exclusive) FROM orchestrator_leases`+f.sql()+" GROUP BY node_id, gpu_index, gpu_indexes", f.args...)
 	if err != nil {
 		return nil, e.d.MapErr(err)
 	}
 	defer sums.Close()
 	for sums.Next() {
 		var (
-			k         key
+			node      string
+			first, n  int
+			more      string
 			reserved  int64
-			n         int
 			exclusive bool
 		)
-		if err := sums.Scan(&k.node, &k.index, &reserved, &n, &exclusive); err != nil {
+		if err := sums.Scan(&node, &first, &more, &reserved, &n, &exclusive); err != nil {
 			return nil, err
 		}
-		if g, ok := at[k]; ok {
-			g.ReservedMB, g.Leases, g.Exclusive = reserved, n, exclusive
+		indexes, err := GPUIndexes(first, more)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range indexes {
+			if g, ok := at[key{node, i}]; ok {
+				g.ReservedMB += reserved
+				g.Leases += n
+				g.Exclusive = g.Exclusive || exclusive
+			}
 		}
 	}
 	if err := sums.Err(); err != nil {
 		return nil, e.d.MapErr(err)
 	}
-	// The other GPUs of multi-GPU leases (gpu_indexes), few: summed here.
-	f = filter{where: []string{"status = ?", "gpu_indexes <> ''"}, args: []any{string(store.LeaseActive)}}
-	if oneNode {
-		f.add("node_id = ?", nodeID)
-	}
-	more, err := query(ctx, e.d, x, func(row Scanner) (moreGPUs, error) {
-		var m moreGPUs
-		err := row.Scan(&m.node, &m.indexes, &m.memoryMB, &m.exclusive)
-		return m, err
-	}, "SELECT node_id, gpu_indexes, memory_mb, exclusive FROM orchestrator_leases"+f.sql(), f.args...)
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range more {
-		indexes, err := GPUIndexes(0, m.indexes)
-		if err != nil {
-			return nil, err
-		}
-		for _, i := range indexes[1:] {
-			if g, ok := at[key{m.node, i}]; ok {
-				g.ReservedMB += m.memoryMB
-				g.Leases++
-				g.Exclusive = g.Exclusive || m.exclusive
-			}
-		}
-	}
 	return gpus, nil
-}
-
-// moreGPUs is an active lease's reservation on the GPUs of its gpu_indexes.
-type moreGPUs struct {
-	node      string
-	indexes   string
-	memoryMB  int64
-	exclusive bool
 }
 
 // scanGPU reads a row of gpuColumns.
