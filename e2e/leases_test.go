@@ -343,3 +343,31 @@ func TestLeaseSeveralGPUs(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond, "never refused as unsatisfiable")
 	require.Equal(t, "unsatisfiable", apiErr.Code)
 }
+
+// TestLeaseFreedRoomUsedAtOnce: two GPU jobs that cannot share their node's one GPU run one
+// after the other on one worker. The second, refused for room, is claimed again by the worker
+// as soon as the first's result has released its lease, not when the reclaimer hands its
+// entry on after claim_idle (a minute here): both end well within that minute.
+func TestLeaseFreedRoomUsedAtOnce(t *testing.T) {
+	t.Parallel()
+	c := newGPUCluster(t)
+	c.startOrchestrator("orchestrator")
+	c.startWorker("one", "ORCH_NODE_ID=node-one", "ORCH_SIM_GPUS=24576", "ORCH_WORKER_CONCURRENCY=2",
+		"ORCH_WORKER_TYPES=gpu_sleep")
+	require.Eventually(t, func() bool {
+		gpus, err := c.api.ListGPUs(context.Background(), "node-one")
+		return err == nil && len(gpus.GPUs) == 1
+	}, time.Minute, 50*time.Millisecond, "the worker never reported its node's GPU")
+
+	c.submitMany("gpu_sleep", []string{"room-1", "room-2"}, func(int) string { return `{"ms": 1500}` }, 2)
+	done := func(j client.Job) bool { return j.Status == "done" }
+	a, b := c.waitJob("room-1", 40*time.Second, done), c.waitJob("room-2", 40*time.Second, done)
+	if b.StartedAt.Before(*a.StartedAt) {
+		a, b = b, a
+	}
+	require.False(t, b.StartedAt.Before(*a.FinishedAt), "16000 MB twice never fit one 24576 MB GPU at once")
+	t.Logf("the second job started %s after the first ended", b.StartedAt.Sub(*a.FinishedAt))
+	require.Less(t, b.StartedAt.Sub(*a.FinishedAt), 10*time.Second,
+		"the second started %s after the first ended", b.StartedAt.Sub(*a.FinishedAt))
+	require.Contains(t, c.auditTypes(b.JobID), "job.pending->claimed")
+}

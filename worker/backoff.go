@@ -101,6 +101,20 @@ func (s *slots) acquire(ctx context.Context, n int) (int, error) {
 	return got, nil
 }
 
+// tryAcquire takes up to n slots without waiting and returns how many it took.
+func (s *slots) tryAcquire(n int) int {
+	got := 0
+	for got < n {
+		select {
+		case s.ch <- struct{}{}:
+			got++
+		default:
+			return got
+		}
+	}
+	return got
+}
+
 // release gives n slots back.
 func (s *slots) release(n int) {
 	for range n {

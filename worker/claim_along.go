@@ -18,7 +18,8 @@ import (
 // for at most as many slots as the runs hold, from one job type's stream at a time, taken in
 // turn so that a busy type does not keep the slots from the others.
 func (w *Worker) claimAlong(ctx context.Context, runs []*run) bool {
-	if ctx.Err() != nil || w.closing.Load() || time.Now().UnixNano() < w.alongPausedUntil.Load() {
+	if ctx.Err() != nil || w.closing.Load() || time.Now().UnixNano() < w.alongPausedUntil.Load() || w.deferred.any() {
+		// With entries deferred, the room these results free is theirs first (deferred.go).
 		return false
 	}
 	n := 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
@@ -143,8 +144,9 @@ func (w *Worker) claimCall(ctx, callCtx context.Context, items []wire.ClaimItem,
 }
 
 // applyClaim starts the jobs a claim answer gave this worker and settles the other entries:
-// refused ones are acked and dropped (retry_later ones left for later delivery), and their
-// slots given back. It reports whether some entry was refused with retry_later.
+// refused ones are acked and dropped (retry_later ones kept pending, and deferred: see
+// deferred.go), and their slots given back. It reports whether some entry was refused with
+// retry_later.
 func (w *Worker) applyClaim(t *config.JobType, ds []streams.Delivery, cb claimBatch, resp wire.ClaimResponse) (retryLater bool) {
 	w.cancelJobs(resp.Cancel)
 	drop := cb.drop
@@ -156,6 +158,7 @@ func (w *Worker) applyClaim(t *config.JobType, ds []streams.Delivery, cb claimBa
 			continue
 		}
 		claimed[cj.JobID] = true
+		w.deferred.remove(cj.JobID)
 		w.startJob(t, cj, mine)
 		w.claimed.Add(1)
 	}
@@ -168,9 +171,11 @@ func (w *Worker) applyClaim(t *config.JobType, ds []streams.Delivery, cb claimBa
 		w.slots.release(len(mine))
 		if rf.Reason == wire.ReasonRetryLater {
 			retryLater = true
-			w.log.Debug("claim refused for now; entry left for later delivery", "job_id", rf.JobID)
+			w.deferred.add(t, rf.JobID, mine, time.Now())
+			w.log.Debug("claim refused for now; entry deferred", "job_id", rf.JobID, "detail", rf.Detail)
 			continue
 		}
+		w.deferred.remove(rf.JobID)
 		w.log.Debug("claim refused; dropping entry", "job_id", rf.JobID, "reason", rf.Reason)
 		drop = append(drop, mine...)
 	}

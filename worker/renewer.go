@@ -34,13 +34,27 @@ func (w *Worker) renewLoop(ctx context.Context, done chan<- struct{}) {
 	t := time.NewTimer(w.renewInterval())
 	defer t.Stop()
 	for {
+		now := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.renewNow:
+			now = true
 		}
-		if err := w.renewOnce(ctx); err != nil && ctx.Err() == nil {
+		err := w.renewOnce(ctx)
+		if now && err == nil && w.cfg.Telemetry != nil {
+			// Results released leases while entries wait for room (deferred.go): the node's
+			// memory is reported now rather than at the next tick, and twice, so that the
+			// second report shows what the first one's answer freed (a simulated GPU follows
+			// the reservations it is told). Then the deferred entries try.
+			err = w.renewOnce(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
 			w.log.Warn("renew leases failed; retrying at the next tick", "error", err)
+		}
+		if now {
+			w.deferred.poke()
 		}
 		touch.poke()
 		t.Reset(w.renewInterval())

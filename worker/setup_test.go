@@ -33,9 +33,12 @@ type fakeJob struct {
 // fakeAPI implements API in memory: the first claim of a pending job wins; starts and results
 // are recorded.
 type fakeAPI struct {
-	mu        sync.Mutex
-	jobs      map[string]*fakeJob
-	refuse    map[string]string // job id -> forced refusal reason
+	mu     sync.Mutex
+	jobs   map[string]*fakeJob
+	refuse map[string]string // job id -> forced refusal reason
+	// roomAfter: job id -> the job whose result frees its room; until that result is
+	// recorded, its claims are refused with retry_later (as a GPU job that does not fit yet).
+	roomAfter map[string]string
 	cancelled map[string]bool
 	started   map[string]bool
 	results   map[string]wire.JobResult
@@ -69,7 +72,7 @@ type fakeAPI struct {
 
 func newFakeAPI() *fakeAPI {
 	return &fakeAPI{
-		jobs: map[string]*fakeJob{}, refuse: map[string]string{}, cancelled: map[string]bool{},
+		jobs: map[string]*fakeJob{}, refuse: map[string]string{}, roomAfter: map[string]string{}, cancelled: map[string]bool{},
 		started: map[string]bool{}, results: map[string]wire.JobResult{}, outcomes: map[string]string{},
 		claims: map[string]int{}, failNext: map[string]int{}, failErr: map[string]error{},
 		gone: map[string]bool{}, expired: map[string]bool{},
@@ -128,6 +131,8 @@ func (f *fakeAPI) Claim(_ context.Context, req wire.ClaimRequest) (wire.ClaimRes
 			resp.Refused = append(resp.Refused, wire.ClaimRefusal{JobID: it.JobID, Reason: wire.ReasonNotFound})
 		case f.refuse[it.JobID] != "":
 			resp.Refused = append(resp.Refused, wire.ClaimRefusal{JobID: it.JobID, Reason: f.refuse[it.JobID]})
+		case f.roomAfter[it.JobID] != "" && f.results[f.roomAfter[it.JobID]].JobID == "":
+			resp.Refused = append(resp.Refused, wire.ClaimRefusal{JobID: it.JobID, Reason: wire.ReasonRetryLater, Detail: "no_capacity"})
 		case j.status != "pending":
 			resp.Refused = append(resp.Refused, wire.ClaimRefusal{JobID: it.JobID, Reason: wire.ReasonNotPending})
 		default:

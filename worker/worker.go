@@ -32,6 +32,11 @@ type Worker struct {
 	handlers map[string]Handler // by job type name
 	types    map[string]*config.JobType
 	slots    *slots
+	// deferred are the entries refused with retry_later, claimed again when room may have
+	// freed (deferred.go).
+	deferred *deferrals
+	// renewNow asks the renewer for a report before its next tick (deferred.go).
+	renewNow chan struct{}
 
 	starts  *batcher[*run]
 	results *batcher[*run]
@@ -77,6 +82,8 @@ func New(cfg Config) (*Worker, error) {
 		handlers: map[string]Handler{},
 		types:    map[string]*config.JobType{},
 		slots:    newSlots(cfg.Concurrency),
+		deferred: newDeferrals(),
+		renewNow: make(chan struct{}, 1),
 		running:  map[string]*run{},
 		held:     map[*run]struct{}{},
 	}
@@ -128,6 +135,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	renewDone := make(chan struct{})
 	go w.renewLoop(renewCtx, renewDone)
 
+	w.readers.Add(1)
+	go w.retryDeferred(ctx)
 	names := make([]string, 0, len(w.types))
 	for _, t := range w.cfg.Types {
 		names = append(names, t.Name)

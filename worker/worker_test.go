@@ -89,6 +89,29 @@ func TestWorkerRefusedEntries(t *testing.T) {
 	require.Equal(t, 1, b.api.claims["taken"])
 }
 
+// TestWorkerRetriesDeferredEntries: a job refused with retry_later (its GPU memory is held by
+// the worker's own running job) is claimed again once that job's result is reported, by the
+// worker itself: nothing else runs here (no reclaimer), so without the retry it would wait.
+func TestWorkerRetriesDeferredEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.reg.Register("sleep", SleepHandler{})
+	b.publish(t, "sleep", "sleep", `{"ms": 200}`, "holder", "waiter")
+	b.api.mu.Lock()
+	b.api.roomAfter["waiter"] = "holder"
+	b.api.mu.Unlock()
+	w, _ := b.start(t, b.cfg(jobType("sleep", "sleep")))
+
+	require.Eventually(t, func() bool { _, ok := b.api.result("waiter"); return ok }, 20*time.Second, 5*time.Millisecond,
+		"the deferred job never ran")
+	b.requirePending(t, "sleep", 0)
+	require.False(t, w.deferred.any(), "claimed: no longer deferred")
+	b.api.mu.Lock()
+	defer b.api.mu.Unlock()
+	require.GreaterOrEqual(t, b.api.claims["waiter"], 2, "refused first, claimed on a retry")
+	require.Equal(t, wire.ResultDone, b.api.results["waiter"].Status)
+}
+
 func TestWorkerConcurrencyNeverExceeded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
