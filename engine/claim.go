@@ -36,33 +36,40 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 		return ClaimResult{}, fmt.Errorf("claim jobs of worker %s: %w", p.WorkerID, err)
 	}
 	now := e.nowUTC()
-	var res ClaimResult
+	var (
+		res   ClaimResult
+		freed []string
+	)
 	err = e.store.WithTx(ctx, func(tx store.Tx) error {
 		var err error
-		res, err = e.claimIn(ctx, tx, p, delivered, now)
+		res, freed, err = e.claimIn(ctx, tx, p, delivered, now)
 		return err
 	})
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
 	}
+	e.gpuFreed(freed)
 	return res, nil
 }
 
 // claimIn is Claim's transaction: it locks the call's rows, records the results, admits the
-// entries, places their leases and writes it all.
-func (e *Engine) claimIn(ctx context.Context, tx store.Tx, p ClaimParams, delivered map[entryKey]bool, now time.Time) (ClaimResult, error) {
-	res := ClaimResult{Leases: map[string]store.Lease{}}
+// entries, places their leases and writes it all. freed are the nodes of the GPU leases the
+// results released.
+func (e *Engine) claimIn(ctx context.Context, tx store.Tx, p ClaimParams, delivered map[entryKey]bool,
+	now time.Time) (res ClaimResult, freed []string, err error) {
+	res = ClaimResult{Leases: map[string]store.Lease{}}
 	byID, held, err := lockClaim(ctx, tx, p)
 	if err != nil {
-		return res, err
+		return res, nil, err
 	}
+	freed = gpuNodes(held)
 	// Every row the claim's compare-and-sets write is locked: their checks can wait for
 	// the next round trip.
 	tx.DeferChecks()
 	var events []store.AuditEvent
 	if len(p.Results) > 0 {
 		if res.Outcomes, events, err = e.completeIn(ctx, tx, p.WorkerID, p.Results, byID, held, now); err != nil {
-			return res, err
+			return res, freed, err
 		}
 	}
 	claimable, gpuJobs := e.claimable(p.Items, byID, now, &res)
@@ -71,11 +78,11 @@ func (e *Engine) claimIn(ctx context.Context, tx store.Tx, p ClaimParams, delive
 	}
 	plans, granted, err := e.placeClaims(ctx, tx, p, claimable, gpuJobs, now, &res)
 	if err != nil {
-		return res, err
+		return res, freed, err
 	}
 	claimEvents, err := transitionAll(ctx, tx, plans)
 	if err != nil {
-		return res, err
+		return res, freed, err
 	}
 	events = append(events, claimEvents...)
 	for _, pl := range plans {
@@ -85,16 +92,16 @@ func (e *Engine) claimIn(ctx context.Context, tx store.Tx, p ClaimParams, delive
 	// job failed back to pending after it was published): hand the job back to the
 	// dispatcher, which publishes it when due, so no dropped entry can strand it.
 	if err := clearNotDue(ctx, tx, res.Refused, byID, now); err != nil {
-		return res, err
+		return res, freed, err
 	}
 	if err := tx.LeaseInsert(ctx, granted); err != nil {
-		return res, err
+		return res, freed, err
 	}
 	if err := tx.AuditInsert(ctx, events); err != nil {
-		return res, err
+		return res, freed, err
 	}
 	res.Cancel, err = cancelledOf(ctx, tx, p.WorkerID, p.InFlight)
-	return res, err
+	return res, freed, err
 }
 
 // lockClaim locks every job of the call at once, then the results' leases: the lock order of

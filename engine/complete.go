@@ -24,7 +24,10 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		return CompleteResult{}, invalid("worker_id", "is required")
 	}
 	now := e.nowUTC()
-	var res CompleteResult
+	var (
+		res   CompleteResult
+		freed []string
+	)
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
 		ids := make([]string, 0, len(p.Results))
 		for _, r := range p.Results {
@@ -39,6 +42,7 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		if err != nil {
 			return err
 		}
+		freed = gpuNodes(held)
 		res = CompleteResult{Outcomes: outcomes}
 		if err := tx.AuditInsert(ctx, events); err != nil {
 			return err
@@ -49,7 +53,29 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 	if err != nil {
 		return CompleteResult{}, fmt.Errorf("complete jobs: %w", err)
 	}
+	e.gpuFreed(freed)
 	return res, nil
+}
+
+// gpuNodes are the nodes of the GPU leases among held, each once.
+func gpuNodes(held map[string]*store.Lease) []string {
+	var out []string
+	for _, l := range held {
+		if l.Mode == store.LeaseGPU && !slices.Contains(out, l.NodeID) {
+			out = append(out, l.NodeID)
+		}
+	}
+	return out
+}
+
+// gpuFreed tells Options.GPUFreed of the nodes whose GPU leases a committed call released.
+func (e *Engine) gpuFreed(nodes []string) {
+	if e.onGPUFreed == nil {
+		return
+	}
+	for _, n := range nodes {
+		e.onGPUFreed(n)
+	}
 }
 
 // completeIn records results inside tx (see Complete) and returns their outcomes, in order, and

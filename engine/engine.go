@@ -40,6 +40,8 @@ type Engine struct {
 	log     *slog.Logger
 	leases  *leases.Manager
 	fence   Fence
+	// onGPUFreed: see Options.GPUFreed.
+	onGPUFreed func(nodeID string)
 	// outbox commits submits in groups and publishes committed jobs.
 	outbox *outbox.Outbox[*submitReq]
 	// redisStartsEmpty: see Options.RedisStartsEmpty.
@@ -62,6 +64,11 @@ type Options struct {
 	// that the API, the telemetry poller and the engine share one. Nil: the engine builds its
 	// own over st from cfg (tests).
 	Leases *leases.Manager
+	// GPUFreed, when set, is called after a completion or claim has committed the release of
+	// GPU leases, once per node they were on: the wiring wakes the telemetry poller of its own
+	// node, so that placement sees the memory the jobs used as free without waiting a poll
+	// interval (a worker reports its own node the same way, worker/deferred.go).
+	GPUFreed func(nodeID string)
 	// RedisStartsEmpty says the Redis is new and empty at every start of the process, as the
 	// embedded mode's is: a recovery for its missing marker is how the process starts, not a
 	// loss, and RecoverRedis logs it at info level instead of warning.
@@ -82,6 +89,7 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 	}
 	e.fence = opts.Fence
 	e.redisStartsEmpty = opts.RedisStartsEmpty
+	e.onGPUFreed = opts.GPUFreed
 	e.leases = opts.Leases
 	if e.leases == nil {
 		e.leases = NewLeaseManager(st, cfg, e.now, opts.Logger)

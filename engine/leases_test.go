@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,6 +98,40 @@ func TestClaimLeases(t *testing.T) {
 		require.Len(t, res.Claimed, 1)
 		require.Equal(t, 0, *res.Leases[j4.ID].GPUIndex)
 		require.Empty(t, b.job(t, j4.ID).WaitingReason, "placed: no longer waiting")
+	})
+
+	t.Run("ReleasesTellTheirNode", func(t *testing.T) {
+		// A completion or a claim that releases GPU leases names their node once it commits
+		// (the wiring wakes that node's telemetry); CPU leases name none.
+		t.Parallel()
+		b := setup(t)
+		b.gpuType(1000, 3)
+		var mu sync.Mutex
+		var freed []string
+		eng := engine.New(b.store, b.streams, b.cfg, engine.Options{Now: b.clock.Now, Leases: b.leases,
+			GPUFreed: func(node string) { mu.Lock(); defer mu.Unlock(); freed = append(freed, node) }})
+		node := uid("node")
+		b.report(t, node, 24576)
+		gpu, gpu2, cpu := b.submit(t, "gpu"), b.submit(t, "gpu"), b.submit(t, "noop")
+		res, err := eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", NodeID: node,
+			Items: []engine.ClaimItem{{JobID: gpu.ID}, {JobID: cpu.ID}}})
+		require.NoError(t, err)
+		require.Len(t, res.Claimed, 2)
+		done := func(j store.Job) engine.Result {
+			return engine.Result{JobID: j.ID, Attempt: 1, LeaseToken: res.Leases[j.ID].Token, Done: true}
+		}
+		_, err = eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: []engine.Result{done(cpu)}})
+		require.NoError(t, err)
+		mu.Lock()
+		require.Empty(t, freed, "a CPU lease frees no GPU")
+		mu.Unlock()
+		// The GPU job's result rides with the next claim.
+		_, err = eng.Claim(ctx, engine.ClaimParams{WorkerID: "w1", NodeID: node,
+			Items: []engine.ClaimItem{{JobID: gpu2.ID}}, Results: []engine.Result{done(gpu)}})
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{node}, freed)
 	})
 
 	t.Run("CPUJobsGetCPULeases", func(t *testing.T) {

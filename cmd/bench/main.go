@@ -297,6 +297,8 @@ func summaryLine(name string, res *ScenarioResult) string {
 		return backlogLine(res)
 	case "leases":
 		return leasesLine(res)
+	case "release":
+		return releaseLine(res)
 	case "admission":
 		return admissionLine(res)
 	}

@@ -121,6 +121,8 @@ type ScenarioResult struct {
 	// GET /gpus showed of the gpu leases' node.
 	LeaseModes []LeaseMode    `json:"lease_modes,omitempty"`
 	LeaseGPUs  *LeaseGPUCheck `json:"lease_gpus,omitempty"`
+	// Release is the release scenario's release → next start figures.
+	Release *ReleaseResult `json:"release,omitempty"`
 	// ServerMS is the orchestrator's own time of the scenario's requests by kind, from its
 	// request-duration histogram: "grant" and "release" in the leases scenario; "submit",
 	// "claim" and "complete" (the workers' calls) in streaming and latency, the workers'

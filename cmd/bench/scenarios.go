@@ -16,9 +16,10 @@ import (
 // (about -duration each) stop the workers, so they come after the scenarios that need them.
 var scenarioNames = []string{"burndown", "streaming", "latency", "leases", "admission"}
 
-// extraScenarios run only when -scenarios names them: backlog takes minutes (a million jobs by
-// default) and leaves its jobs unrun, so it always runs last.
-var extraScenarios = []string{"backlog"}
+// extraScenarios run only when -scenarios names them: release (GPU jobs queued on the simulated
+// node: the time from a release to the next start) and backlog, which takes minutes (a million
+// jobs by default) and leaves its jobs unrun, so it always runs last.
+var extraScenarios = []string{"release", "backlog"}
 
 // The bench counts finished jobs in the database every pollInterval once the end is near, and
 // less often before: a count reads the index entries of every finished job of the type
@@ -71,6 +72,8 @@ func (r *runner) run(ctx context.Context, name string) *ScenarioResult {
 		res = r.latency(sctx, ids)
 	case "leases":
 		res = r.leases(sctx)
+	case "release":
+		res = r.release(sctx, ids)
 	case "admission":
 		res = r.admission(sctx, ids)
 	case "backlog":

@@ -258,6 +258,9 @@ func stackConfig(o *options, parked bool) string {
 	if parked && o.jobType != parkedType {
 		types += fmt.Sprintf("  %s:\n    handler: noop\n", parkedType)
 	}
+	if parked {
+		types += releaseConfig()
+	}
 	return fmt.Sprintf("%sworker:\n  concurrency: %d\n"+
 		"admission:\n  default_policy:\n    rate_per_sec: %d\n    burst: %d\n",
 		types, o.concurrency, benchAdmissionRate, benchAdmissionBurst)
@@ -334,6 +337,26 @@ func (s *stack) startWorkers(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startGPUWorker starts a worker of the release scenario's GPU type on the orchestrator's
+// simulated node, with room to read several jobs at once, and waits until it has started.
+func (s *stack) startGPUWorker(ctx context.Context) (*process, error) {
+	s.generation++
+	id := fmt.Sprintf("bench-gpu-%d", s.generation)
+	p, err := startProcess(s.dir, id, s.workerBin, slices.Concat(s.workerEnv, []string{"ORCH_WORKER_ID=" + id,
+		"ORCH_NODE_ID=" + s.info.GPUNode, "ORCH_SIM_GPUS=" + benchSimGPUs, "ORCH_NVML_DISABLE=1"}),
+		"-types", releaseType, "-concurrency", "8")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, workerWait)
+	defer cancel()
+	if err := p.waitLog(ctx, `"worker started"`); err != nil {
+		_ = p.stop(stopGrace)
+		return nil, fmt.Errorf("start the GPU worker: %w", err)
+	}
+	return p, nil
 }
 
 // stopWorkers drains every worker (SIGTERM) in parallel and waits for them to exit.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/leases"
@@ -14,7 +15,8 @@ import (
 // go to gpu_devices (simulated GPUs follow the node's reservations). The lease purger, which
 // expires leases whose holder went quiet and rescues their jobs, is leader-only work
 // (leaderWork), fenced by the term. The function returned stops the poller.
-func startLeaseLoops(ctx context.Context, cfg *config.Config, lm *leases.Manager, log *slog.Logger) (stop func(), err error) {
+func startLeaseLoops(ctx context.Context, cfg *config.Config, lm *leases.Manager, local *localTelemetry,
+	log *slog.Logger) (stop func(), err error) {
 	provider, err := telemetry.Auto(cfg.NodeID, telemetry.AutoOptions{
 		SimGPUs: cfg.Telemetry.SimGPUs,
 		Disable: cfg.Telemetry.NVMLDisable,
@@ -36,10 +38,28 @@ func startLeaseLoops(ctx context.Context, cfg *config.Config, lm *leases.Manager
 	}
 	// The lease purger is leader-only work (leadership.go).
 	_ = poller.Start(ctx) // returns at once, never fails
+	local.poller.Store(poller)
 	return func() {
+		local.poller.Store(nil)
 		poller.Stop()
 		if err := provider.Close(); err != nil {
 			log.Warn("close gpu telemetry", "error", err)
 		}
 	}, nil
+}
+
+// localTelemetry is the poller of this orchestrator's own node, once it runs: GPU jobs on the
+// node that end free memory that placement should see at once, not a poll interval later.
+type localTelemetry struct {
+	poller atomic.Pointer[telemetry.Poller]
+}
+
+// freed is engine.Options.GPUFreed: a release of GPU leases on node (this process's node)
+// wakes the poller, whose next snapshot shows the memory the jobs used as free.
+func (l *localTelemetry) freed(node string) func(nodeID string) {
+	return func(nodeID string) {
+		if p := l.poller.Load(); p != nil && nodeID == node {
+			p.Wake()
+		}
+	}
 }

@@ -165,7 +165,9 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	om := metrics.NewRegistry(log)
 	jm := engine.NewMetrics(cfg.TypeNames())
 	lm := engine.NewLeaseManager(st, cfg, time.Now, log)
-	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: jm, Leases: lm})
+	var local localTelemetry // set by startLeaseLoops
+	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: jm, Leases: lm,
+		GPUFreed: local.freed(cfg.NodeID)})
 	rm := reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...)
 	if err := om.Register(rm); err != nil {
 		return nil, fmt.Errorf("register reclaimer metrics: %w", err)
@@ -182,7 +184,7 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	if err := registerMetrics(om, cfg, st, sc, lm, el, jm); err != nil {
 		return nil, err
 	}
-	stopLeaseLoops, err := startLeaseLoops(ctx, cfg, lm, log)
+	stopLeaseLoops, err := startLeaseLoops(ctx, cfg, lm, &local, log)
 	if err != nil {
 		return nil, err
 	}

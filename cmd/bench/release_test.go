@@ -1,0 +1,27 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestReleaseOf: the gaps are measured per GPU, between one job's end and the next one's start
+// there, and a start before the previous end on the same GPU is an overlap, not a gap.
+func TestReleaseOf(t *testing.T) {
+	t.Parallel()
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	res := releaseOf([]gpuRun{
+		{gpu: 0, start: at(0), end: at(200)},
+		{gpu: 1, start: at(10), end: at(210)},
+		{gpu: 0, start: at(220), end: at(420)}, // 20 ms after GPU 0's first job
+		{gpu: 1, start: at(215), end: at(415)}, // 5 ms after GPU 1's first job
+		{gpu: 1, start: at(400), end: at(600)}, // before the previous one on GPU 1 ended
+	})
+	require.Equal(t, 2, res.GPUs)
+	require.Equal(t, 2, res.GapMS.Count)
+	require.InDelta(t, 20.0, res.GapMS.Max, 0.001)
+	require.InDelta(t, 5.0, res.GapMS.P50, 0.001)
+	require.Equal(t, 1, res.Overlaps)
+}
