@@ -199,6 +199,7 @@ func TestDashboard(t *testing.T) {
 	}
 	for _, m := range []string{
 		"gpu_orchestrator_job_queue_depth", "gpu_orchestrator_job_pending_entries", "gpu_orchestrator_job_wait_seconds_bucket",
+		"gpu_orchestrator_schedule_wait_seconds_bucket",
 		"gpu_orchestrator_job_latency_seconds_bucket", "gpu_orchestrator_jobs_total", "gpu_orchestrator_leases_active",
 		"gpu_orchestrator_leases_free", "gpu_orchestrator_gpu_mem_used_pct", "gpu_orchestrator_gpu_utilization_pct",
 		"gpu_orchestrator_admission_decisions_total", "gpu_orchestrator_reclaimed_total", "gpu_orchestrator_dlq_depth",

@@ -18,6 +18,7 @@ type Metrics struct {
 	total   *prometheus.CounterVec
 	latency *prometheus.HistogramVec
 	wait    *prometheus.HistogramVec
+	placed  *prometheus.HistogramVec
 }
 
 var _ Observer = (*Metrics)(nil)
@@ -34,14 +35,19 @@ func NewMetrics(types []string) *Metrics {
 		wait: metrics.NewHistogramVec("job_wait_seconds",
 			"Time from a job becoming available (its submit; for a retry, the end of its "+
 				"backoff) to the start of its attempt, by type.", metrics.JobDurationBuckets, "type"),
+		placed: metrics.NewHistogramVec("schedule_wait_seconds",
+			"Time from a GPU job becoming available (its submit; for a retry, the end of its backoff) "+
+				"to its claim with a lease on GPUs that had room, by type: how long GPU jobs wait for room.",
+			metrics.JobDurationBuckets, "type"),
 	}
-	m.Set = metrics.Set{m.total, m.latency, m.wait}
+	m.Set = metrics.Set{m.total, m.latency, m.wait, m.placed}
 	for _, t := range types {
 		for _, s := range store.JobStatuses {
 			m.total.WithLabelValues(t, string(s))
 		}
 		m.latency.WithLabelValues(t)
 		m.wait.WithLabelValues(t)
+		m.placed.WithLabelValues(t)
 	}
 	return m
 }
@@ -51,6 +57,8 @@ func (m *Metrics) ObserveJobs(changes []JobChange) {
 	for _, c := range changes {
 		m.total.WithLabelValues(c.Type, string(c.To)).Inc()
 		switch {
+		case c.To == store.JobClaimed && c.GPU:
+			m.placed.WithLabelValues(c.Type).Observe(c.Placed.Seconds())
 		case c.To == store.JobRunning:
 			m.wait.WithLabelValues(c.Type).Observe(c.Wait.Seconds())
 		case c.From == store.JobRunning:

@@ -29,7 +29,30 @@ func TestMetrics(t *testing.T) {
 			}
 			require.Zero(t, metricstest.Sample(t, fams, "gpu_orchestrator_job_wait_seconds", map[string]string{"type": typ}).GetHistogram().GetSampleCount())
 			require.Zero(t, metricstest.Sample(t, fams, "gpu_orchestrator_job_latency_seconds", map[string]string{"type": typ}).GetHistogram().GetSampleCount())
+			require.Zero(t, metricstest.Sample(t, fams, "gpu_orchestrator_schedule_wait_seconds", map[string]string{"type": typ}).GetHistogram().GetSampleCount())
 		}
+	})
+
+	t.Run("GPUJobsTimeTheirPlacement", func(t *testing.T) {
+		// A GPU job's claim (its GPUs leased) is observed in schedule_wait_seconds; a CPU
+		// job's is not.
+		t.Parallel()
+		b := setup(t)
+		b.gpuType(1000, 3)
+		m := engine.NewMetrics(b.cfg.TypeNames())
+		b.eng = engine.New(b.store, b.streams, b.cfg, engine.Options{Logger: slog.New(slog.DiscardHandler), Observer: m,
+			Now: b.clock.Now, Leases: b.leases})
+		node := uid("node")
+		b.report(t, node, 24576)
+		gpu, cpu := b.submit(t, "gpu"), b.submit(t, "noop")
+		b.clock.Add(3 * time.Second)
+		res := b.claimOn(t, "w1", node, gpu.ID, cpu.ID)
+		require.Len(t, res.Claimed, 2)
+		fams := metricstest.Gather(t, metricstest.Registry(t, m))
+		placed := metricstest.Sample(t, fams, "gpu_orchestrator_schedule_wait_seconds", map[string]string{"type": "gpu"}).GetHistogram()
+		require.EqualValues(t, 1, placed.GetSampleCount())
+		require.InDelta(t, 3.0, placed.GetSampleSum(), 0.001, "submit to placement on the engine clock")
+		require.Zero(t, metricstest.Sample(t, fams, "gpu_orchestrator_schedule_wait_seconds", map[string]string{"type": "noop"}).GetHistogram().GetSampleCount())
 	})
 
 	t.Run("CountsCommittedTransitions", func(t *testing.T) {

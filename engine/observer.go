@@ -22,6 +22,10 @@ type JobChange struct {
 	// Run is set when a run ends (running → done, failed or cancelled): the time since the
 	// start.
 	Run time.Duration
+	// GPU says the job needs GPUs; Placed is set on its claim (pending → claimed, its GPUs
+	// leased): the time since the job became available, as Wait.
+	GPU    bool
+	Placed time.Duration
 }
 
 // Observer is told about every job status change after its transaction commits, in commit
@@ -87,8 +91,10 @@ func recordTransition(tx store.Executor, from store.JobStatus, j *store.Job, at 
 	if !ok {
 		return
 	}
-	c := JobChange{JobID: j.ID, Type: j.Type, From: from, To: j.Status, At: at}
+	c := JobChange{JobID: j.ID, Type: j.Type, From: from, To: j.Status, At: at, GPU: j.GPUMemoryMB > 0}
 	switch {
+	case j.Status == store.JobClaimed && c.GPU && !j.AvailableAt.IsZero():
+		c.Placed = max(at.Sub(j.AvailableAt), 0)
 	case j.Status == store.JobRunning && !j.AvailableAt.IsZero():
 		c.Wait = max(at.Sub(j.AvailableAt), 0)
 	case from == store.JobRunning && j.StartedAt != nil:
