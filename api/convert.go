@@ -31,6 +31,7 @@ func jobToWire(j store.Job) wire.Job {
 		GPUs:          j.GPUCount(),
 		GPUExclusive:  j.GPUExclusive && j.GPUMemoryMB > 0,
 		WaitingReason: waitingReason(j),
+		Priority:      j.Priority,
 		Timeout:       wire.Duration(j.Timeout),
 		Result:        rawOrNil(j.Result),
 		LastError:     j.LastError,

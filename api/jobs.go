@@ -33,6 +33,7 @@ type submitBody struct {
 	MaxAttempts *int            `json:"max_attempts"`
 	Timeout     json.RawMessage `json:"timeout"`
 	Resources   *wire.Resources `json:"resources"`
+	Priority    *int            `json:"priority"`
 }
 
 // submit handles POST /jobs/submit: 202 for a new job, 200 for a job_id that exists already.
@@ -124,6 +125,12 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 			return p, err
 		}
 		p.Timeout = d
+	}
+	if b.Priority != nil {
+		if *b.Priority < 0 || *b.Priority > engine.MaxPriority {
+			return p, badRequest("priority", "must be in 0..%d", engine.MaxPriority)
+		}
+		p.Priority = b.Priority
 	}
 	if r := b.Resources; r != nil {
 		p.Resources = &engine.Resources{GPUMemoryMB: r.GPUMemoryMB, GPUs: r.GPUs, Exclusive: r.Exclusive}

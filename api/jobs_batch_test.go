@@ -229,7 +229,7 @@ func TestSubmitBatchBadJobs(t *testing.T) {
 	b := setup(t)
 	whole := map[string]string{ // case → the field of the whole request's 400
 		"NumericJobID": "jobs[1].job_id", "FractionalMaxAttempts": "jobs[1].max_attempts",
-		"UnknownField": "jobs[1].priority", "TypeIsNotAString": "jobs[1].type", "NotAnObject": "jobs[1]",
+		"UnknownField": "jobs[1].urgency", "TypeIsNotAString": "jobs[1].type", "NotAnObject": "jobs[1]",
 		"InvalidJSON": "", "SyntaxError": "", "TrailingGarbage": "", "TwoObjects": "", "Empty": "",
 		"CaseMismatchedField": "jobs[1].Type", "DuplicateKey": "jobs[1].type", "InvalidUTF8Type": "jobs[1].type",
 	}

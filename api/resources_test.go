@@ -79,3 +79,24 @@ func TestSubmitResources(t *testing.T) {
 			CodeIdempotencyMismatch, "resources")
 	})
 }
+
+// TestSubmitPriority: a submit's priority is 0..9 (400 naming the field otherwise), its type's
+// when absent, shown on the job, and compared when the job_id is submitted again.
+func TestSubmitPriority(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.JobTypes["sleep"].Priority = 4
+	ten, three := 10, 3
+	requireError(t, b.request(t, http.MethodPost, "/jobs/submit", "alice",
+		wire.SubmitRequest{Type: "noop", Payload: []byte(`{}`), Priority: &ten}), http.StatusBadRequest, CodeInvalidRequest, "priority")
+	rec := b.request(t, http.MethodPost, "/jobs/submit", "alice", wire.SubmitRequest{Type: "sleep", Payload: []byte(`{"ms":1}`)})
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	job := decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/"+decode[wire.SubmitResponse](t, rec).JobID, "alice", nil))
+	require.Equal(t, 4, job.Priority, "the type's")
+
+	req := wire.SubmitRequest{JobID: "prio-1", Type: "sleep", Payload: []byte(`{"ms":1}`), Priority: &three}
+	require.Equal(t, http.StatusAccepted, b.request(t, http.MethodPost, "/jobs/submit", "alice", req).Code)
+	require.Equal(t, 3, decode[wire.Job](t, b.request(t, http.MethodGet, "/jobs/prio-1", "alice", nil)).Priority)
+	req.Priority = new(int) // 0: another priority than the first submit's
+	requireError(t, b.request(t, http.MethodPost, "/jobs/submit", "alice", req), http.StatusConflict, CodeIdempotencyMismatch, "priority")
+}

@@ -44,7 +44,7 @@ func badSubmits(agent string) []badSubmit {
 		{"NegativeTimeout", ok(`,"timeout":"-1s"`), "timeout"},
 		{"LongTimeout", ok(`,"timeout":"25h"`), "timeout"},
 		{"GarbledTimeout", ok(`,"timeout":"soon"`), "timeout"},
-		{"UnknownField", ok(`,"priority":5`), "priority"},
+		{"UnknownField", ok(`,"urgency":5`), "urgency"},
 		{"TypeIsNotAString", fmt.Sprintf(`{"type":7,"agent":%q,"payload":{}}`, agent), "type"},
 		{"NotAnObject", `[1,2]`, ""},
 		{"InvalidJSON", `{"type":`, ""},

@@ -210,6 +210,9 @@ type JobType struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// GPUMemoryMB is the GPU memory a job of this type needs (0: a CPU job).
 	GPUMemoryMB int `yaml:"gpu_memory_mb"`
+	// Priority is the default priority of a job of this type, 0..9 (higher first among the
+	// GPU jobs a worker waits to place).
+	Priority int `yaml:"priority"`
 	// Backoff is the retry schedule of failed attempts.
 	Backoff Backoff `yaml:"backoff"`
 	// Retention is how long a finished job (done, cancelled, purged dead letter) is kept.

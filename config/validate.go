@@ -115,6 +115,9 @@ func (t *JobType) validate(name string) []error {
 	if t.GPUMemoryMB < 0 {
 		bad("job_types.%s.gpu_memory_mb must not be negative", name)
 	}
+	if t.Priority < 0 || t.Priority > 9 {
+		bad("job_types.%s.priority must be in 0..9", name)
+	}
 	b := t.Backoff
 	if b.Initial <= 0 || b.Max < b.Initial || b.Multiplier < 1 || b.Jitter < 0 || b.Jitter > 1 {
 		bad("job_types.%s.backoff: want 0 < initial <= max, multiplier >= 1, 0 <= jitter <= 1", name)

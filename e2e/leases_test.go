@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -370,4 +371,53 @@ func TestLeaseFreedRoomUsedAtOnce(t *testing.T) {
 	require.Less(t, b.StartedAt.Sub(*a.FinishedAt), 10*time.Second,
 		"the second started %s after the first ended", b.StartedAt.Sub(*a.FinishedAt))
 	require.Contains(t, c.auditTypes(b.JobID), "job.pending->claimed")
+}
+
+// TestLeasePriorityFirst: with the node's one GPU held, twenty GPU jobs of priority 0 and then
+// one of priority 9 all wait in the worker for room; when the room frees, the priority-9 job
+// starts first.
+func TestLeasePriorityFirst(t *testing.T) {
+	t.Parallel()
+	c := newGPUCluster(t)
+	c.startOrchestrator("orchestrator")
+	c.startWorker("prio", "ORCH_NODE_ID=node-prio", "ORCH_SIM_GPUS=24576", "ORCH_WORKER_CONCURRENCY=24",
+		"ORCH_WORKER_TYPES=gpu_sleep")
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		gpus, err := c.api.ListGPUs(ctx, "node-prio")
+		return err == nil && len(gpus.GPUs) == 1 && gpus.GPUs[0].Fresh
+	}, time.Minute, 50*time.Millisecond, "the worker never reported its node's GPU")
+	hold, err := c.api.GrantLease(ctx, client.LeaseRequest{Agent: "e2e", NodeID: "node-prio", MinMemoryMB: 16000,
+		Mode: client.LeaseModeGPU})
+	require.NoError(t, err)
+
+	low := make([]string, 20)
+	for i := range low {
+		low[i] = fmt.Sprintf("prio-low-%02d", i)
+	}
+	c.submitMany("gpu_sleep", low, func(int) string { return `{"ms": 100}` }, 4)
+	waiting := func(id string) bool {
+		j, err := c.api.GetJob(ctx, id)
+		return err == nil && j.WaitingReason != ""
+	}
+	require.Eventually(t, func() bool { return waiting(low[len(low)-1]) && waiting(low[0]) }, time.Minute,
+		50*time.Millisecond, "the low-priority jobs were never refused for room")
+	nine := 9
+	_, err = c.api.Submit(ctx, client.SubmitRequest{JobID: "prio-high", Type: "gpu_sleep", Agent: "e2e",
+		Payload: []byte(`{"ms": 100}`), Priority: &nine})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return waiting("prio-high") }, time.Minute, 50*time.Millisecond)
+	for _, id := range low {
+		require.True(t, waiting(id), "%s waits too", id)
+	}
+
+	_, err = c.api.ReleaseLease(ctx, hold.Token)
+	require.NoError(t, err)
+	done := func(j client.Job) bool { return j.Status == "done" }
+	high := c.waitJob("prio-high", time.Minute, done)
+	require.Equal(t, 9, high.Priority)
+	for _, id := range low {
+		j := c.waitJob(id, 2*time.Minute, done)
+		require.True(t, j.StartedAt.After(*high.StartedAt), "%s started before the priority-9 job", id)
+	}
 }

@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpuorch/orchestrator/leases"
@@ -132,6 +134,8 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 			return nil, nil, err
 		}
 	}
+	// The room goes to the highest priority first; the request's order stands within a level.
+	slices.SortStableFunc(claimable, func(a, b candidate) int { return cmp.Compare(b.job.Priority, a.job.Priority) })
 	plans := make([]plan, 0, len(claimable))
 	granted := make([]store.Lease, 0, len(claimable))
 	waiting := map[string][]string{} // reason → the jobs refused for it whose reason changes

@@ -134,6 +134,24 @@ func TestClaimLeases(t *testing.T) {
 		require.Equal(t, []string{node}, freed)
 	})
 
+	t.Run("HigherPriorityPlacedFirst", func(t *testing.T) {
+		// Room for one: of a claim's jobs, the highest priority gets it, whatever the order.
+		t.Parallel()
+		b := setup(t)
+		b.gpuType(16000, 3)
+		node := uid("node")
+		b.report(t, node, 24576)
+		low := b.submit(t, "gpu")
+		nine := 9
+		high, _, err := b.eng.Submit(ctx, engine.SubmitParams{Type: "gpu", Agent: "tester", Payload: []byte(`{}`),
+			Priority: &nine, Actor: "agent:tester"})
+		require.NoError(t, err)
+		res := b.claimOn(t, "w1", node, low.ID, high.ID)
+		require.Len(t, res.Claimed, 1)
+		require.Equal(t, high.ID, res.Claimed[0].ID)
+		require.Equal(t, low.ID, res.Refused[0].JobID)
+	})
+
 	t.Run("CPUJobsGetCPULeases", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

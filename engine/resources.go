@@ -15,6 +15,8 @@ const (
 	MaxGPUsPerJob = 8
 	// MaxGPUMemoryMB bounds the memory a job may ask for on each GPU (4 TiB).
 	MaxGPUMemoryMB = 4 << 20
+	// MaxPriority is the highest priority.
+	MaxPriority = 9
 )
 
 // Resources are what a job asks of the GPUs of one node. A submit's resources override its

@@ -323,6 +323,12 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 		return nil, err
 	}
 	p.Resources = &res
+	switch {
+	case p.Priority == nil:
+		p.Priority = &jt.Priority
+	case *p.Priority < 0 || *p.Priority > MaxPriority:
+		return nil, invalid("priority", "must be in 0..%d", MaxPriority)
+	}
 	return jt, nil
 }
 

@@ -48,6 +48,7 @@ func (r *submitReq) insertParams(now time.Time) store.JobInsertParams {
 		GPUMemoryMB:  r.p.Resources.GPUMemoryMB,
 		GPUs:         r.p.Resources.GPUs,
 		GPUExclusive: r.p.Resources.Exclusive,
+		Priority:     *r.p.Priority,
 		Timeout:      r.p.Timeout,
 		Now:          now,
 	}

@@ -48,6 +48,8 @@ func (e *Engine) sameRequest(r *submitReq, job store.Job) error {
 		return mismatch("max_attempts", "the job exists with max_attempts %d, not %d", job.MaxAttempts, p.MaxAttempts)
 	case r.named.timeout && job.Timeout != p.Timeout:
 		return mismatch("timeout", "the job exists with timeout %s, not %s", job.Timeout, p.Timeout)
+	case r.named.priority && job.Priority != *p.Priority:
+		return mismatch("priority", "the job exists with priority %d, not %d", job.Priority, *p.Priority)
 	case r.named.resources && ResourcesOf(job) != *p.Resources:
 		return mismatch("resources", "the job exists with resources %+v, not %+v", ResourcesOf(job), *p.Resources)
 	}
@@ -157,8 +159,9 @@ func significantDigits(n string) int {
 
 // named are the optional fields a submit named, recorded before validateSubmit fills in the
 // type's defaults: a resubmit of the job's id compares those (sameRequest).
-type named struct{ attempts, timeout, resources bool }
+type named struct{ attempts, timeout, resources, priority bool }
 
 func namedFields(p SubmitParams) named {
-	return named{attempts: p.MaxAttempts != 0, timeout: p.Timeout != time.Duration(0), resources: p.Resources != nil}
+	return named{attempts: p.MaxAttempts != 0, timeout: p.Timeout != time.Duration(0), resources: p.Resources != nil,
+		priority: p.Priority != nil}
 }

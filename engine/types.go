@@ -18,7 +18,10 @@ type SubmitParams struct {
 	// Resources are what the job asks of the GPUs (nil: its type's; see Resources). Submit
 	// fills it in with what the job gets.
 	Resources *Resources
-	Actor     string // audit actor, e.g. "agent:NAME"
+	// Priority is 0..MaxPriority (nil: the type's): higher first among the GPU jobs a worker
+	// waits to place. Submit fills it in.
+	Priority *int
+	Actor    string // audit actor, e.g. "agent:NAME"
 
 	// PayloadChecked says the caller decoded Payload from JSON already (the API's decoder
 	// does), so Submit does not scan it once more to check it: with large payloads each scan

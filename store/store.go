@@ -104,6 +104,8 @@ type Job struct {
 	GPUs int
 	// GPUExclusive asks for GPUs that nothing else is placed on while the job holds them.
 	GPUExclusive bool
+	// Priority is 0..9, higher first among GPU jobs waiting for room.
+	Priority int
 	// WaitingReason is why the pending job was last refused a place (a claim's lease denial:
 	// "no_capacity: …"); empty when none. A claim clears it.
 	WaitingReason string
@@ -128,6 +130,7 @@ type JobInsertParams struct {
 	GPUMemoryMB  int
 	GPUs         int
 	GPUExclusive bool
+	Priority     int
 	Timeout      time.Duration
 	Now          time.Time
 }

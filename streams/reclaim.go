@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -189,6 +190,16 @@ func (c *Client) JobEntries(ctx context.Context, stream, start string, count int
 func IsEntryID(id string) bool {
 	_, _, ok := parseEntryID(id)
 	return ok
+}
+
+// EntryTime is when the entry id was assigned (its milliseconds part); ok is false when id is
+// not an entry id.
+func EntryTime(id string) (t time.Time, ok bool) {
+	ms, _, ok := parseEntryID(id)
+	if !ok || ms > math.MaxInt64 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(int64(ms)), true
 }
 
 // parseEntryID splits a stream entry id "ms-seq"; ok is false when id is not one.

@@ -19,6 +19,8 @@ const (
 	// fieldTraceParent is the W3C trace context of the publisher (package tracing), so that
 	// one trace covers the submit and the worker's run.
 	fieldTraceParent = "traceparent"
+	// fieldPriority is the job's priority, written only when above 0.
+	fieldPriority = "priority"
 )
 
 // Client wraps a go-redis client with the orchestrator's stream operations.
@@ -70,6 +72,8 @@ type Message struct {
 	Attempt int // the job's attempts at publication (what the next claim will find)
 	// TraceParent is the W3C traceparent of the publishing span; empty: none.
 	TraceParent string
+	// Priority is the job's priority (0..9), which a worker orders the jobs it waits to place by.
+	Priority int
 }
 
 // Publish appends every message to its stream in one pipeline and returns the entry IDs in order.
@@ -85,6 +89,9 @@ func (c *Client) Publish(ctx context.Context, msgs []Message) ([]string, error) 
 		values := []any{fieldJobID, m.JobID, fieldType, m.Type, fieldAttempt, strconv.Itoa(m.Attempt)}
 		if m.TraceParent != "" {
 			values = append(values, fieldTraceParent, m.TraceParent)
+		}
+		if m.Priority > 0 {
+			values = append(values, fieldPriority, strconv.Itoa(m.Priority))
 		}
 		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: c.StreamKey(m.Stream), Values: values})
 	}
@@ -119,6 +126,8 @@ type Delivery struct {
 	Attempt int
 	// TraceParent is the publisher's W3C trace context; empty when the entry carries none.
 	TraceParent string
+	// Priority is the job's priority at publication (0 when the entry carries none).
+	Priority int
 }
 
 // ReadParams select what Read waits for. Every stream is read through Group.
@@ -173,6 +182,9 @@ func (c *Client) delivery(stream, group string, m redis.XMessage) Delivery {
 		if n, err := strconv.Atoi(a); err == nil {
 			d.Attempt = n
 		}
+	}
+	if p, ok := m.Values[fieldPriority].(string); ok {
+		d.Priority, _ = strconv.Atoi(p)
 	}
 	return d
 }

@@ -58,6 +58,9 @@ type SubmitRequest struct {
 	Timeout *Duration `json:"timeout,omitempty"`
 	// Resources override what the type asks of the GPUs.
 	Resources *Resources `json:"resources,omitempty"`
+	// Priority overrides the type's priority, 0..9: higher first among the GPU jobs a worker
+	// waits to place.
+	Priority *int `json:"priority,omitempty"`
 }
 
 // Resources are what a job asks of the GPUs of one node. In a submit, a field left out takes
@@ -144,6 +147,7 @@ type Job struct {
 	// ("no_capacity: no GPU of node \"n1\" has 30000 MB free ..."); absent when none, and once
 	// the job is no longer pending.
 	WaitingReason string          `json:"waiting_reason,omitempty"`
+	Priority      int             `json:"priority"`
 	Timeout       Duration        `json:"timeout"`
 	Result        json.RawMessage `json:"result,omitempty"`
 	LastError     string          `json:"last_error,omitempty"`

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,7 +82,8 @@ func (d *deferrals) poke() {
 	}
 }
 
-// due returns the kept entries by job type, oldest first, and forgets those kept past deferKeep.
+// due returns the kept entries by job type, in the order they should have the room (see
+// byPriority), and forgets those kept past deferKeep.
 func (d *deferrals) due(now time.Time) map[*config.JobType][]streams.Delivery {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -92,7 +95,35 @@ func (d *deferrals) due(now time.Time) map[*config.JobType][]streams.Delivery {
 		}
 		out[e.t] = append(out[e.t], e.ds...)
 	}
+	for _, ds := range out {
+		byPriority(ds, now)
+	}
 	return out
+}
+
+// priorityAging is how long an entry waits for each level its priority rises by.
+const priorityAging = time.Minute
+
+// byPriority orders entries for the room that frees: the highest effective priority first, and
+// the oldest first within a level. A job's effective priority is its priority plus one level
+// per priorityAging since it was published, at most 9: a job of priority 0 that has waited
+// nine minutes goes before any new one. A claim places its jobs in the order it lists them.
+func byPriority(ds []streams.Delivery, now time.Time) {
+	effective := func(d streams.Delivery) int {
+		p := d.Priority
+		if at, ok := streams.EntryTime(d.ID); ok && now.After(at) {
+			p += int(now.Sub(at) / priorityAging)
+		}
+		return min(p, 9)
+	}
+	slices.SortStableFunc(ds, func(a, b streams.Delivery) int {
+		if c := cmp.Compare(effective(b), effective(a)); c != 0 {
+			return c
+		}
+		ta, _ := streams.EntryTime(a.ID)
+		tb, _ := streams.EntryTime(b.ID)
+		return ta.Compare(tb)
+	})
 }
 
 // afterRelease is called once results were recorded, which released their leases: with entries

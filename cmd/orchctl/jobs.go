@@ -55,6 +55,7 @@ type submitFlags struct {
 	maxAttempts int
 	timeout     time.Duration
 	resources   client.Resources
+	priority    int
 	quiet       bool
 	wait        bool
 	waitOpts    waitOptions
@@ -102,6 +103,7 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 	fl.IntVar(&f.resources.GPUs, "gpus", 0, "GPUs of one node the job needs, 1..8 (default: the job type's, one)")
 	fl.IntVar(&f.resources.GPUMemoryMB, "gpu-memory-mb", 0, "GPU memory the job needs on each GPU, in MB (default: the job type's)")
 	fl.BoolVar(&f.resources.Exclusive, "exclusive", false, "hold the GPUs alone: nothing else is placed on them")
+	fl.IntVar(&f.priority, "priority", 0, "0..9, higher first among GPU jobs waiting for room (default: the job type's)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the job id")
 	fl.BoolVar(&f.wait, "wait", false, "wait until the job is finished (exit codes as jobs wait)")
 	fl.DurationVar(&f.waitOpts.poll, "poll", pollDefault, "with --wait: time between polls")
@@ -126,6 +128,9 @@ func (g *globals) submit(cmd *cobra.Command, f *submitFlags) error {
 	if cmd.Flags().Changed("timeout") {
 		d := client.Duration(f.timeout)
 		req.Timeout = &d
+	}
+	if cmd.Flags().Changed("priority") {
+		req.Priority = &f.priority
 	}
 	if fl := cmd.Flags(); fl.Changed("gpus") || fl.Changed("gpu-memory-mb") || fl.Changed("exclusive") {
 		r := f.resources

@@ -208,7 +208,8 @@ func (o *Outbox[S]) xadd(ctx context.Context, jobs []store.Job, traces []string,
 		if i < len(traces) && traces[i] != "" {
 			tp = traces[i]
 		}
-		msgs = append(msgs, streams.Message{Stream: stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts, TraceParent: tp})
+		msgs = append(msgs, streams.Message{Stream: stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts, TraceParent: tp,
+			Priority: j.Priority})
 	}
 	ids, err := o.streams.Publish(ctx, msgs)
 	if err != nil {

@@ -19,7 +19,7 @@ func testInsertAndGet(t *testing.T, b *bundle) {
 	p.MaxAttempts = 5
 	p.AvailableAt = b.now.Add(90 * time.Second)
 	p.GPUMemoryMB = 8192
-	p.GPUs, p.GPUExclusive = 2, true
+	p.GPUs, p.GPUExclusive, p.Priority = 2, true, 7
 	p.Timeout = 90 * time.Second
 
 	j, inserted, err := b.s.JobInsert(t.Context(), p)
@@ -28,7 +28,7 @@ func testInsertAndGet(t *testing.T, b *bundle) {
 	want := store.Job{
 		ID: p.ID, Type: "inference", Agent: p.Agent, Payload: p.Payload,
 		Status: store.JobPending, Attempts: 0, MaxAttempts: 5, AvailableAt: p.AvailableAt,
-		Enqueued: false, GPUMemoryMB: 8192, GPUs: 2, GPUExclusive: true, Timeout: 90 * time.Second,
+		Enqueued: false, GPUMemoryMB: 8192, GPUs: 2, GPUExclusive: true, Priority: 7, Timeout: 90 * time.Second,
 		CreatedAt: b.now, UpdatedAt: b.now,
 	}
 	requireSameJob(t, want, j)

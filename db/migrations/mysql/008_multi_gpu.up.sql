@@ -6,6 +6,9 @@
 -- orchestrator_jobs.gpu_exclusive: the job wants its GPUs to itself (nothing else placed on
 -- them while its lease is active).
 --
+-- orchestrator_jobs.priority: 0..9, higher first among the GPU jobs a worker waits to place
+-- (its type's job_types.<type>.priority unless the submit names one).
+--
 -- orchestrator_jobs.waiting_reason: why a pending job was last refused a place ("no_capacity:
 -- no GPU of node ... has 30000 MB free ..."), '' when none; cleared when the job is claimed.
 --
@@ -17,6 +20,7 @@
 ALTER TABLE orchestrator_jobs
     ADD COLUMN gpus INT NOT NULL DEFAULT 0,
     ADD COLUMN gpu_exclusive TINYINT(1) NOT NULL DEFAULT 0,
-    ADD COLUMN waiting_reason VARCHAR(255) NOT NULL DEFAULT '';
+    ADD COLUMN waiting_reason VARCHAR(255) NOT NULL DEFAULT '',
+    ADD COLUMN priority TINYINT NOT NULL DEFAULT 0;
 ALTER TABLE orchestrator_leases
     ADD COLUMN gpu_indexes VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '';
