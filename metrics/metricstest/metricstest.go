@@ -173,6 +173,15 @@ func GatherFailing(t testing.TB, g prometheus.Gatherer) map[string]*dto.MetricFa
 	return byName(fams)
 }
 
+// ScrapeErrors is gpu_orchestrator_collector_errors_total{collector} as a further gather of g
+// reads it. A gather runs the collectors concurrently, so the counter a gather returns may be
+// read before that same gather's failures are counted: read it after the gathers under test.
+func ScrapeErrors(t testing.TB, g prometheus.Gatherer, collector string) float64 {
+	t.Helper()
+	fams, _ := g.Gather() // the failing collectors fail this gather too; the counter is served
+	return Value(t, byName(fams), "gpu_orchestrator_collector_errors_total", map[string]string{"collector": collector})
+}
+
 func byName(fams []*dto.MetricFamily) map[string]*dto.MetricFamily {
 	out := make(map[string]*dto.MetricFamily, len(fams))
 	for _, f := range fams {
