@@ -387,8 +387,10 @@ func TestLeasePriorityFirst(t *testing.T) {
 		gpus, err := c.api.ListGPUs(ctx, "node-prio")
 		return err == nil && len(gpus.GPUs) == 1 && gpus.GPUs[0].Fresh
 	}, time.Minute, 50*time.Millisecond, "the worker never reported its node's GPU")
+	// The GPU is held by an agent's own lease, long enough for the setup (the cluster's leases
+	// expire 3 s after their last heartbeat otherwise).
 	hold, err := c.api.GrantLease(ctx, client.LeaseRequest{Agent: "e2e", NodeID: "node-prio", MinMemoryMB: 16000,
-		Mode: client.LeaseModeGPU})
+		Mode: client.LeaseModeGPU, TTLSeconds: 600})
 	require.NoError(t, err)
 
 	low := make([]string, 20)
