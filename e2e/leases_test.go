@@ -59,6 +59,27 @@ func (c *cluster) startGPUWorker(name, node string) *proc {
 		"ORCH_WORKER_TYPES=gpu_sleep,gpu_env")
 }
 
+// startGPUNode starts worker name, of types (comma-separated) with concurrency slots, on node
+// with gpus simulated 24 GiB GPUs, and waits until the node's fresh telemetry lists them all.
+func (c *cluster) startGPUNode(name, node string, gpus, concurrency int, types string) *proc {
+	c.t.Helper()
+	p := c.startWorker(name, "ORCH_NODE_ID="+node, fmt.Sprintf("ORCH_SIM_GPUS=%dx24576", gpus),
+		fmt.Sprintf("ORCH_WORKER_CONCURRENCY=%d", concurrency), "ORCH_WORKER_TYPES="+types)
+	require.Eventually(c.t, func() bool {
+		list, err := c.api.ListGPUs(context.Background(), node)
+		if err != nil || len(list.GPUs) != gpus {
+			return false
+		}
+		for _, g := range list.GPUs {
+			if !g.Fresh {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 50*time.Millisecond, "worker %s never reported the GPUs of %s", name, node)
+	return p
+}
+
 // auditTypes returns the audit event types of a job, oldest first.
 func (c *cluster) auditTypes(jobID string) []string {
 	rows, err := c.db.Query(`SELECT event_type FROM orchestrator_audit WHERE job_id = ? ORDER BY id`, jobID)
@@ -308,13 +329,8 @@ func TestLeaseSeveralGPUs(t *testing.T) {
 	t.Parallel()
 	c := newGPUCluster(t)
 	c.startOrchestrator("orchestrator")
-	c.startWorker("pair", "ORCH_NODE_ID=node-pair", "ORCH_SIM_GPUS=2x24576", "ORCH_WORKER_CONCURRENCY=1",
-		"ORCH_WORKER_TYPES=gpu_sleep,gpu_env")
+	c.startGPUNode("pair", "node-pair", 2, 1, "gpu_sleep,gpu_env")
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		gpus, err := c.api.ListGPUs(ctx, "node-pair")
-		return err == nil && len(gpus.GPUs) == 2
-	}, time.Minute, 50*time.Millisecond, "the worker never reported its node's GPUs")
 
 	_, err := c.api.Submit(ctx, client.SubmitRequest{JobID: "pair-1", Type: "gpu_env", Agent: "e2e", Payload: []byte(`{}`),
 		Resources: &client.Resources{GPUs: 2}})
@@ -353,12 +369,7 @@ func TestLeaseFreedRoomUsedAtOnce(t *testing.T) {
 	t.Parallel()
 	c := newGPUCluster(t)
 	c.startOrchestrator("orchestrator")
-	c.startWorker("one", "ORCH_NODE_ID=node-one", "ORCH_SIM_GPUS=24576", "ORCH_WORKER_CONCURRENCY=2",
-		"ORCH_WORKER_TYPES=gpu_sleep")
-	require.Eventually(t, func() bool {
-		gpus, err := c.api.ListGPUs(context.Background(), "node-one")
-		return err == nil && len(gpus.GPUs) == 1
-	}, time.Minute, 50*time.Millisecond, "the worker never reported its node's GPU")
+	c.startGPUNode("one", "node-one", 1, 2, "gpu_sleep")
 
 	c.submitMany("gpu_sleep", []string{"room-1", "room-2"}, func(int) string { return `{"ms": 1500}` }, 2)
 	done := func(j client.Job) bool { return j.Status == "done" }
@@ -380,13 +391,8 @@ func TestLeasePriorityFirst(t *testing.T) {
 	t.Parallel()
 	c := newGPUCluster(t)
 	c.startOrchestrator("orchestrator")
-	c.startWorker("prio", "ORCH_NODE_ID=node-prio", "ORCH_SIM_GPUS=24576", "ORCH_WORKER_CONCURRENCY=24",
-		"ORCH_WORKER_TYPES=gpu_sleep")
+	c.startGPUNode("prio", "node-prio", 1, 24, "gpu_sleep")
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		gpus, err := c.api.ListGPUs(ctx, "node-prio")
-		return err == nil && len(gpus.GPUs) == 1 && gpus.GPUs[0].Fresh
-	}, time.Minute, 50*time.Millisecond, "the worker never reported its node's GPU")
 	// The GPU is held by an agent's own lease, long enough for the setup (the cluster's leases
 	// expire 3 s after their last heartbeat otherwise).
 	hold, err := c.api.GrantLease(ctx, client.LeaseRequest{Agent: "e2e", NodeID: "node-prio", MinMemoryMB: 16000,
