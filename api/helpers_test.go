@@ -81,7 +81,7 @@ func newBundle(t testing.TB, st store.Store, sc *streams.Client) *bundle {
 // newStack is a bundle without its server: an engine over st and sc with a lease manager of
 // its own, as the orchestrator wires them.
 func newStack(st store.Store, sc *streams.Client, cfg *config.Config, eo engine.Options) *bundle {
-	eo.Leases = engine.NewLeaseManager(st, cfg, eo.Now, eo.Logger)
+	eo.Leases = engine.NewLeaseManager(st, cfg, leases.Options{Now: eo.Now, Logger: eo.Logger})
 	return &bundle{eng: engine.New(st, sc, cfg, eo), st: st, sc: sc, lm: eo.Leases, cfg: cfg}
 }
 

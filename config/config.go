@@ -152,6 +152,8 @@ type Config struct {
 	Leases Leases `yaml:"leases"`
 	// Telemetry configures how a process reads its node's GPUs.
 	Telemetry Telemetry `yaml:"telemetry"`
+	// Scheduler configures the leader's GPU scheduler (config/scheduler.go).
+	Scheduler Scheduler `yaml:"scheduler"`
 	// Admission configures admission control: token buckets and gates (config/admission.go).
 	Admission Admission `yaml:"admission"`
 	// Pools configures worker pools, the worker registry and the local provisioner (config/pools.go).
@@ -347,6 +349,13 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		}
 		c.Telemetry.NVMLDisable = b
 	}
+	if v := getenv("ORCH_SCHEDULER_DISABLE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("config: ORCH_SCHEDULER_DISABLE=%q: want true or false (1 or 0)", v)
+		}
+		c.Scheduler.Disabled = b
+	}
 	if err := c.applyAdmissionEnv(getenv); err != nil {
 		return err
 	}
@@ -445,6 +454,7 @@ func (c *Config) fillDefaults() {
 	c.Leases.TelemetryFreshness = cmp.Or(c.Leases.TelemetryFreshness, LeaseTelemetryFreshnessDefault)
 	c.Leases.PurgeInterval = cmp.Or(c.Leases.PurgeInterval, LeasePurgeIntervalDefault)
 	c.Telemetry.PollInterval = cmp.Or(c.Telemetry.PollInterval, TelemetryPollIntervalDefault)
+	c.Scheduler.fillDefaults()
 	c.Admission.fillDefaults()
 	c.Security.fillDefaults()
 	c.fillPools()

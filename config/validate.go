@@ -15,6 +15,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateJobTypes()...)
 	errs = append(errs, c.validateWorker()...)
 	errs = append(errs, c.validateLeases()...)
+	errs = append(errs, c.Scheduler.validate()...)
 	errs = append(errs, c.validateAdmission()...)
 	errs = append(errs, c.validatePools()...)
 	errs = append(errs, c.Security.validate()...)

@@ -125,6 +125,12 @@ func lockClaim(ctx context.Context, tx store.Tx, p ClaimParams) (map[string]*sto
 // its waiting reason.
 func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, claimable []candidate, gpuJobs bool,
 	now time.Time, res *ClaimResult) ([]plan, []store.Lease, error) {
+	// The scheduler's placements first: their leases are locked after the jobs, like the
+	// results' leases, and before the node's GPUs.
+	adopted, err := adopt(ctx, tx, p, claimable, now, res)
+	if err != nil {
+		return nil, nil, err
+	}
 	// Lock the node's GPUs before any non-locking read of the transaction, so the
 	// reservations read are the latest committed (store.GPUExecutor.GPULockNode).
 	var node *leases.NodeLock
@@ -141,6 +147,13 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 	waiting := map[string][]string{} // reason → the jobs refused for it whose reason changes
 	for _, c := range claimable {
 		attempts := c.job.Attempts + 1
+		if c.job.LeaseToken != "" {
+			if lease, ok := adopted[c.job.ID]; ok {
+				plans = append(plans, claimPlan(c, p, attempts, lease, now))
+				res.Leases[c.job.ID] = lease
+			}
+			continue
+		}
 		lease, err := e.leases.Prepare(node, e.leaseParams(c.job, p, attempts), now)
 		if d, ok := leases.IsDenial(err); ok {
 			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedRetryLater, Detail: d.Reason})
@@ -161,6 +174,66 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 		}
 	}
 	return plans, granted, nil
+}
+
+// adopt takes over the leases the scheduler reserved for the placed jobs among claimable: a
+// lease that is active, of the job, on the claiming worker's node, is renewed from now and
+// becomes the attempt's lease. Any other placed job is refused as placed_elsewhere (its entry
+// is stale: the job was placed again, on this node or another, with an entry of its own).
+func adopt(ctx context.Context, tx store.Tx, p ClaimParams, claimable []candidate, now time.Time,
+	res *ClaimResult) (map[string]store.Lease, error) {
+	var tokens []string
+	for _, c := range claimable {
+		if c.job.LeaseToken != "" {
+			tokens = append(tokens, c.job.LeaseToken)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	held, err := tx.LeaseGetMany(ctx, tokens, true)
+	if err != nil {
+		return nil, err
+	}
+	byToken := make(map[string]store.Lease, len(held))
+	for _, l := range held {
+		byToken[l.Token] = l
+	}
+	var renew []string
+	for _, c := range claimable {
+		if c.job.LeaseToken == "" {
+			continue
+		}
+		l, ok := byToken[c.job.LeaseToken]
+		switch {
+		case !ok || l.Status != store.LeaseActive || !l.ExpiresAt.After(now) || l.JobID != c.job.ID:
+			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedPlacedElsewhere,
+				Detail: "its placement on node " + c.job.PlacedNode + " has ended; the scheduler places it again"})
+		case l.NodeID != p.NodeID:
+			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedPlacedElsewhere,
+				Detail: "placed on node " + l.NodeID})
+		default:
+			renew = append(renew, l.Token)
+		}
+	}
+	if len(renew) == 0 {
+		return nil, nil
+	}
+	renewed, err := tx.LeaseHeartbeat(ctx, renew, now)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]store.Lease, len(renewed))
+	for _, l := range renewed {
+		out[l.JobID] = l
+	}
+	for _, c := range claimable {
+		if _, ok := out[c.job.ID]; !ok && slices.Contains(renew, c.job.LeaseToken) {
+			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedPlacedElsewhere,
+				Detail: "its placement lease could not be renewed"})
+		}
+	}
+	return out, nil
 }
 
 // claimPlan is the plan of one claim: pending → claimed as attempt attempts, under lease.
@@ -212,11 +285,15 @@ func (e *Engine) claimable(items []ClaimItem, byID map[string]*store.Job, now ti
 		default:
 			taken[it.JobID] = true
 			out = append(out, candidate{job: job, item: it})
-			gpuJobs = gpuJobs || job.GPUMemoryMB > 0
+			gpuJobs = gpuJobs || needsNode(job)
 		}
 	}
 	return out, gpuJobs
 }
+
+// needsNode reports whether claiming job places it on the claiming worker's node: a GPU job
+// that the scheduler has not placed (a placed one adopts its lease, adopt).
+func needsNode(job *store.Job) bool { return job.GPUMemoryMB > 0 && job.LeaseToken == "" }
 
 // clearNotDue clears the outbox flag of the enqueued jobs refused as not due.
 func clearNotDue(ctx context.Context, tx store.Tx, refused []Refusal, byID map[string]*store.Job, now time.Time) error {

@@ -48,7 +48,7 @@ func newBenchStack(b *testing.B, edit func(*config.Config)) benchStack {
 	b.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(b)})
 	quiet := slog.New(slog.DiscardHandler)
-	lm := engine.NewLeaseManager(st, cfg, nil, quiet)
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: quiet})
 	return benchStack{st: st, sc: sc, lm: lm, eng: engine.New(st, sc, cfg, engine.Options{Logger: quiet, Leases: lm})}
 }
 

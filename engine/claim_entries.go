@@ -38,8 +38,9 @@ func (e *Engine) checkEntries(ctx context.Context, p ClaimParams) (map[entryKey]
 	}
 	var entries []streams.PendingEntry
 	for _, it := range p.Items {
-		t := e.cfg.TypeOfStream(it.Stream)
-		if t == nil || !streams.IsEntryID(it.MessageID) {
+		base, node, placed := streams.SplitNodeStream(it.Stream)
+		t := e.cfg.TypeOfStream(base)
+		if t == nil || !streams.IsEntryID(it.MessageID) || (placed && node != p.NodeID) {
 			continue
 		}
 		entries = append(entries, streams.PendingEntry{
@@ -66,11 +67,11 @@ func (e *Engine) checkEntries(ctx context.Context, p ClaimParams) (map[entryKey]
 	return delivered, nil
 }
 
-// wasDelivered reports whether c's item is an entry of its job type's stream that Redis
-// delivered to the claiming consumer.
-func (e *Engine) wasDelivered(delivered map[entryKey]bool, c candidate) bool {
+// wasDelivered reports whether c's item is an entry of its job type's stream (or of the type's
+// stream of nodeID, the claiming worker's node) that Redis delivered to the claiming consumer.
+func (e *Engine) wasDelivered(delivered map[entryKey]bool, c candidate, nodeID string) bool {
 	t := e.cfg.JobType(c.job.Type)
-	if t == nil || c.item.Stream != t.Stream {
+	if t == nil || (c.item.Stream != t.Stream && c.item.Stream != streams.NodeStream(t.Stream, nodeID)) {
 		return false
 	}
 	return delivered[entryKey{c.item.Stream, c.item.MessageID}]
@@ -88,13 +89,13 @@ func (e *Engine) admit(p ClaimParams, delivered map[entryKey]bool, cands []candi
 			continue
 		}
 		if p.CheckEntries && (c.item.MessageID == "" || c.item.MessageID != c.job.StreamID) {
-			if !e.wasDelivered(delivered, c) {
+			if !e.wasDelivered(delivered, c, p.NodeID) {
 				res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedNotDelivered})
 				continue
 			}
 		}
 		kept = append(kept, c)
-		gpuJobs = gpuJobs || c.job.GPUMemoryMB > 0
+		gpuJobs = gpuJobs || needsNode(c.job)
 	}
 	return kept, gpuJobs
 }

@@ -69,6 +69,9 @@ type Options struct {
 	// node, so that placement sees the memory the jobs used as free without waiting a poll
 	// interval (a worker reports its own node the same way, worker/deferred.go).
 	GPUFreed func(nodeID string)
+	// WakeScheduler, when set, is called when GPU jobs wait for the scheduler (a submit
+	// committed them): the wiring wakes the leader's scheduler, wherever it runs.
+	WakeScheduler func()
 	// RedisStartsEmpty says the Redis is new and empty at every start of the process, as the
 	// embedded mode's is: a recovery for its missing marker is how the process starts, not a
 	// loss, and RecoverRedis logs it at info level instead of warning.
@@ -92,7 +95,7 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 	e.onGPUFreed = opts.GPUFreed
 	e.leases = opts.Leases
 	if e.leases == nil {
-		e.leases = NewLeaseManager(st, cfg, e.now, opts.Logger)
+		e.leases = NewLeaseManager(st, cfg, leases.Options{Now: e.now, Logger: opts.Logger})
 	}
 	if opts.Observer != nil {
 		e.store = &observedStore{Store: st, obs: opts.Observer}
@@ -106,20 +109,21 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 			}
 			return "", false
 		},
-		Logger: opts.Logger,
+		Scheduled: !cfg.Scheduler.Disabled,
+		Unplaced:  opts.WakeScheduler,
+		Logger:    opts.Logger,
 	}, e.commitBatch)
 	return e
 }
 
-// NewLeaseManager returns the lease manager of cfg's lease settings over st, on the clock now
-// (nil: time.Now). Settings that
-// config.Validate would refuse (a configuration built by hand) fall back to the defaults, with
-// an error logged.
-func NewLeaseManager(st store.Store, cfg *config.Config, now func() time.Time, log *slog.Logger) *leases.Manager {
-	opts := leases.Options{Now: now, Logger: log, NodeID: cfg.NodeID}
+// NewLeaseManager returns the lease manager of cfg's lease settings over st, with opts (its
+// NodeID defaults to cfg's). Settings that config.Validate would refuse (a configuration built
+// by hand) fall back to the defaults, with an error logged.
+func NewLeaseManager(st store.Store, cfg *config.Config, opts leases.Options) *leases.Manager {
+	opts.NodeID = cmp.Or(opts.NodeID, cfg.NodeID)
 	lm, err := leases.New(st, leases.ConfigFrom(cfg), opts)
 	if err != nil {
-		cmp.Or(log, slog.Default()).Error("invalid lease settings; using the defaults", "error", err)
+		cmp.Or(opts.Logger, slog.Default()).Error("invalid lease settings; using the defaults", "error", err)
 		lm, _ = leases.New(st, leases.Config{}, opts)
 	}
 	return lm

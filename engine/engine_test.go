@@ -54,7 +54,7 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
 	ck := &clock{now: time.Now().UTC().Truncate(time.Second)}
-	lm := engine.NewLeaseManager(st, cfg, ck.Now, nil)
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Now: ck.Now})
 	eng := engine.New(st, sc, cfg, engine.Options{Now: ck.Now, Leases: lm})
 	t.Cleanup(func() { eng.FlushMarks(context.Background()) }) // before the store closes
 	return &bundle{

@@ -303,6 +303,9 @@ func (e *Engine) submittingStream(j store.Job, now time.Time) string {
 		j.AvailableAt.After(now) || !j.CreatedAt.After(now.Add(-outbox.PublishGrace)) {
 		return ""
 	}
+	if j.Status == store.JobPending && j.PlacedNode != "" {
+		return streams.NodeStream(jt.Stream, j.PlacedNode) // the scheduler's placement
+	}
 	return jt.Stream
 }
 
@@ -312,6 +315,9 @@ func (e *Engine) entryStream(j store.Job, now time.Time) string {
 	jt := e.cfg.JobType(j.Type)
 	if jt == nil || j.StreamID == "" || (j.Status == store.JobPending && (!j.Enqueued || j.AvailableAt.After(now))) {
 		return ""
+	}
+	if j.Status == store.JobPending && j.PlacedNode != "" {
+		return streams.NodeStream(jt.Stream, j.PlacedNode) // the scheduler's placement
 	}
 	return jt.Stream
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -78,6 +79,16 @@ func (e *Engine) rescueTx(ctx context.Context, tx store.Tx, jobID, token, reason
 			events = append(events, ev)
 		}
 	}
+	if job != nil && job.Status == store.JobPending && purging && job.LeaseToken == token {
+		// A placement that no worker of its node claimed within the lease's TTL: the job
+		// goes back to the scheduler, with no attempt spent.
+		ev, err := unplace(ctx, tx, job, now)
+		if err != nil {
+			return "", nil, err
+		}
+		e.log.Info("placement expired unclaimed; the job is scheduled again", "job_id", job.ID, "node_id", job.PlacedNode)
+		return OutcomeStale, append(events, ev), nil
+	}
 	if !live || (job.LeaseToken != "" && job.LeaseToken != token) {
 		return OutcomeStale, events, nil
 	}
@@ -140,4 +151,20 @@ func releaseLease(ctx context.Context, tx store.Tx, token string, now time.Time,
 	}
 	ev, err := leases.Transition(ctx, tx, &l, store.LeaseReleased, now, actor, map[string]any{"reason": reason})
 	return ev, err == nil, err
+}
+
+// unplace takes a placed pending job's placement away (its lease has ended): the job is the
+// scheduler's again, not enqueued, with the reason as its waiting reason.
+func unplace(ctx context.Context, tx store.Tx, job *store.Job, now time.Time) (store.AuditEvent, error) {
+	empty, f := "", false
+	why := fmt.Sprintf("%s: placed on node %q, no worker there claimed it before its lease expired; "+
+		"another node is preferred", ReasonPlacementExpired, job.PlacedNode)
+	err := tx.JobUpdate(ctx, store.JobUpdate{ID: job.ID, From: store.JobPending, To: store.JobPending,
+		LeaseToken: &empty, Enqueued: &f, WaitingReason: &why, Now: now})
+	if err != nil {
+		return store.AuditEvent{}, err
+	}
+	details, _ := json.Marshal(map[string]any{"node_id": job.PlacedNode, "reason": why})
+	return store.AuditEvent{TS: now, EventType: EventUnplaced, JobID: job.ID, LeaseToken: job.LeaseToken,
+		Actor: rescueActor, Details: details}, nil
 }

@@ -157,7 +157,9 @@ func mergeUpdate(dst *store.JobUpdate, u store.JobUpdate) {
 	pick(&dst.Enqueued, u.Enqueued)
 	pick(&dst.OwnerPool, u.OwnerPool)
 	pick(&dst.WorkerID, u.WorkerID)
-	pick(&dst.LeaseToken, u.LeaseToken)
+	if u.LeaseToken != nil { // the placed node goes with the token (store.JobUpdate)
+		dst.LeaseToken, dst.PlacedNode = u.LeaseToken, u.PlacedNode
+	}
 	pick(&dst.StreamID, u.StreamID)
 	pick(&dst.WaitingReason, u.WaitingReason)
 	pick(&dst.LastError, u.LastError)
@@ -197,7 +199,10 @@ func applyUpdate(j *store.Job, u store.JobUpdate) {
 		j.WorkerID = *u.WorkerID
 	}
 	if u.LeaseToken != nil {
-		j.LeaseToken = *u.LeaseToken
+		j.LeaseToken, j.PlacedNode = *u.LeaseToken, ""
+		if u.PlacedNode != nil {
+			j.PlacedNode = *u.PlacedNode
+		}
 	}
 	if u.StreamID != nil {
 		j.StreamID = *u.StreamID

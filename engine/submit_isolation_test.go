@@ -14,6 +14,7 @@ import (
 	"github.com/gpuorch/orchestrator/db"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/store/sqlite"
 	"github.com/gpuorch/orchestrator/streams"
@@ -35,9 +36,10 @@ func setupSQLite(t *testing.T) *bundle {
 	t.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
 	ck := &clock{now: time.Now().UTC().Truncate(time.Second)}
-	eng := engine.New(st, sc, cfg, engine.Options{Now: ck.Now})
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Now: ck.Now})
+	eng := engine.New(st, sc, cfg, engine.Options{Now: ck.Now, Leases: lm})
 	t.Cleanup(func() { eng.FlushMarks(context.Background()) }) // before the store closes
-	return &bundle{eng: eng, store: st, streams: sc, clock: ck, cfg: cfg}
+	return &bundle{eng: eng, leases: lm, store: st, streams: sc, clock: ck, cfg: cfg}
 }
 
 // badPayloads are payloads each store refuses, which a caller that vouches for its payload

@@ -69,6 +69,9 @@ const (
 	RefusedNotDelivered = "not_delivered"
 	// RefusedOutOfScope: the job's type is outside the caller's scope (ClaimParams.Types).
 	RefusedOutOfScope = "out_of_scope"
+	// RefusedPlacedElsewhere: the scheduler placed the job on another node than the
+	// claiming worker's, or its placement lease has ended.
+	RefusedPlacedElsewhere = "placed_elsewhere"
 )
 
 // Refusal says why a job was not claimed.

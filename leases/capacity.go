@@ -31,6 +31,15 @@ func (m *Manager) Unsatisfiable(ctx context.Context, r Request) (string, error) 
 	if err != nil || len(nodes) == 0 {
 		return "", err
 	}
+	return unsatisfiable(nodes, r, m.cfg.SafetyMarginMB), nil
+}
+
+// unsatisfiable says why no node of nodes (each GPU's grantable memory, largest first) could
+// ever place r; "" when one could, or when nodes is empty.
+func unsatisfiable(nodes map[string][]int64, r Request, marginMB int64) string {
+	if len(nodes) == 0 {
+		return ""
+	}
 	want := max(r.GPUs, 1)
 	var (
 		largest, mostFit     = int64(0), 0
@@ -48,7 +57,7 @@ func (m *Manager) Unsatisfiable(ctx context.Context, r Request) (string, error) 
 			}
 		}
 		if fit >= want {
-			return "", nil
+			return ""
 		}
 		if fit > mostFit {
 			mostFit, mostFitOn = fit, node
@@ -56,10 +65,10 @@ func (m *Manager) Unsatisfiable(ctx context.Context, r Request) (string, error) 
 	}
 	if largest < r.MemoryMB {
 		return fmt.Sprintf("needs %d MB on a GPU; the largest GPU of the cluster can grant %d MB (node %q, after the %d MB safety margin)",
-			r.MemoryMB, largest, largestOn, m.cfg.SafetyMarginMB), nil
+			r.MemoryMB, largest, largestOn, marginMB)
 	}
 	return fmt.Sprintf("needs %d GPUs of one node with %d MB each; the most any node has is %d (node %q)",
-		want, r.MemoryMB, mostFit, mostFitOn), nil
+		want, r.MemoryMB, mostFit, mostFitOn)
 }
 
 // get returns the nodes' shape, read again once shapeTTL has passed.

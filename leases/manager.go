@@ -66,6 +66,9 @@ type Options struct {
 	Logger *slog.Logger
 	// NodeID is the node of this orchestrator: the node of a lease that names none.
 	NodeID string
+	// Recorded, when set, is called after a node's GPU telemetry was recorded: the wiring
+	// wakes the scheduler, as the memory free there may have changed.
+	Recorded func(nodeID string)
 }
 
 // Manager grants, renews, releases and lists leases, and records GPU telemetry. It is safe for
@@ -78,6 +81,8 @@ type Manager struct {
 	log    *slog.Logger
 	nodeID string
 	shape  shape // the cluster's GPUs, for Unsatisfiable
+	// recorded: see Options.Recorded.
+	recorded func(nodeID string)
 }
 
 // New returns a Manager over st. It fails on an invalid configuration.
@@ -86,7 +91,7 @@ func New(st store.Store, cfg Config, opts Options) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Manager{store: st, cfg: cfg, now: opts.Now, nodeID: opts.NodeID,
+	m := &Manager{store: st, cfg: cfg, now: opts.Now, nodeID: opts.NodeID, recorded: opts.Recorded,
 		log: logging.Component(opts.Logger, "leases")}
 	if m.now == nil {
 		m.now = time.Now

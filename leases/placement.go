@@ -94,8 +94,19 @@ func newNodeLock(nodeID string, gpus []store.GPUCapacity, now time.Time, cfg Con
 // GPUs and the memory reserved on each. It returns a *DenialError when the node cannot take r
 // now.
 func (n *NodeLock) Place(r Request) (gpuIndexes []int, reserveMB int64, err error) {
+	fits, err := n.choose(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	gpuIndexes, reserveMB = n.take(r, fits)
+	return gpuIndexes, reserveMB, nil
+}
+
+// choose picks the GPUs for r without taking them: their positions in n.gpus, the least free
+// first; or a *DenialError.
+func (n *NodeLock) choose(r Request) ([]int, error) {
 	if n.denial != nil {
-		return nil, 0, n.denial
+		return nil, n.denial
 	}
 	want := max(r.GPUs, 1)
 	var fits []int // positions in n.gpus
@@ -113,13 +124,28 @@ func (n *NodeLock) Place(r Request) (gpuIndexes []int, reserveMB int64, err erro
 		}
 	}
 	if len(fits) < want {
-		return nil, 0, n.deny(r, want, len(fits), mostFree, mostFreeAt)
+		return nil, n.deny(r, want, len(fits), mostFree, mostFreeAt)
 	}
 	slices.SortStableFunc(fits, func(a, b int) int { // n.gpus is in index order already
 		return cmp.Compare(FreeMB(n.gpus[a], n.margin), FreeMB(n.gpus[b], n.margin))
 	})
-	fits = fits[:want]
-	reserve := r.MemoryMB
+	return fits[:want], nil
+}
+
+// leftover is the free memory that placing r on the GPUs at fits would leave on them: what
+// best fit makes small and spread large.
+func (n *NodeLock) leftover(r Request, fits []int) int64 {
+	var sum int64
+	for _, i := range fits {
+		sum += FreeMB(n.gpus[i], n.margin) - r.MemoryMB
+	}
+	return sum
+}
+
+// take reserves r on the GPUs at fits (choose's) and returns their indexes and the memory
+// reserved on each.
+func (n *NodeLock) take(r Request, fits []int) (gpuIndexes []int, reserve int64) {
+	reserve = r.MemoryMB
 	if r.Exclusive {
 		// The whole of each GPU, as far as the smallest of them allows: the reservation is one
 		// number per lease.
@@ -130,7 +156,7 @@ func (n *NodeLock) Place(r Request) (gpuIndexes []int, reserveMB int64, err erro
 		}
 		reserve = max(reserve, r.MemoryMB)
 	}
-	gpuIndexes = make([]int, 0, want)
+	gpuIndexes = make([]int, 0, len(fits))
 	for _, i := range fits {
 		g := &n.gpus[i]
 		g.ReservedMB += reserve
@@ -138,7 +164,7 @@ func (n *NodeLock) Place(r Request) (gpuIndexes []int, reserveMB int64, err erro
 		g.Exclusive = g.Exclusive || r.Exclusive
 		gpuIndexes = append(gpuIndexes, g.Index)
 	}
-	return gpuIndexes, reserve, nil
+	return gpuIndexes, reserve
 }
 
 // deny says why r does not fit: fits of the want GPUs it needs have room, and the most free

@@ -39,6 +39,9 @@ func (m *Manager) RecordSnapshot(ctx context.Context, snap telemetry.Snapshot) e
 	if err := m.store.GPUUpsertSnapshot(ctx, store.GPUSnapshot{NodeID: snap.NodeID, GPUs: devs, Now: m.nowUTC()}); err != nil {
 		return fmt.Errorf("record telemetry of node %s: %w", snap.NodeID, err)
 	}
+	if m.recorded != nil && len(devs) > 0 {
+		m.recorded(snap.NodeID)
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
@@ -151,18 +152,45 @@ func (r *Reclaimer) runOnce(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("reclaim: %w", err)
 	}
-	var errs []error
-	for _, g := range r.cfg.Groups {
+	groups, err := r.groups(ctx)
+	errs := []error{err}
+	for _, g := range groups {
 		before := maps.Clone(res.Outcomes)
 		if err := r.reclaimGroup(ctx, g, &res); err != nil {
 			errs = append(errs, err)
 		}
-		r.cfg.Metrics.addEntries(g.Stream, before, res.Outcomes)
+		base, _, _ := streams.SplitNodeStream(g.Stream) // a node stream counts as its type's
+		r.cfg.Metrics.addEntries(cmp.Or(base, g.Stream), before, res.Outcomes)
 	}
 	if len(res.Outcomes) > 0 {
 		r.log.Debug("reclaimed idle entries", "outcomes", res.Outcomes)
 	}
 	return res, errors.Join(errs...)
+}
+
+// groups are the configured groups and, in the same group, the node streams of their types
+// (streams.NodeStream) that the scheduler has published to.
+func (r *Reclaimer) groups(ctx context.Context) ([]Group, error) {
+	nodes, err := r.sc.NodeStreams(ctx)
+	if err != nil {
+		return r.cfg.Groups, fmt.Errorf("reclaim: %w", err)
+	}
+	return slices.Concat(r.cfg.Groups, NodeGroups(r.cfg.Groups, nodes)), nil
+}
+
+// NodeGroups returns the group of each node stream among nodes whose type's stream is one of
+// groups'.
+func NodeGroups(groups []Group, nodes []string) []Group {
+	var out []Group
+	for _, ns := range nodes {
+		base, _, _ := streams.SplitNodeStream(ns)
+		for _, g := range groups {
+			if g.Stream == base {
+				out = append(out, Group{Stream: ns, Group: g.Group})
+			}
+		}
+	}
+	return out
 }
 
 // reclaimGroup scans one group's pending list from where the last pass stopped.

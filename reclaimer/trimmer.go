@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
@@ -79,8 +80,9 @@ func (t *Trimmer) Start(ctx context.Context) error {
 // runOnce trims every stream once; a failing stream does not stop the others.
 func (t *Trimmer) runOnce(ctx context.Context) (TrimResult, error) {
 	res := TrimResult{}
-	var errs []error
-	for _, s := range t.cfg.Streams {
+	nodes, err := t.sc.NodeStreams(ctx)
+	errs := []error{err}
+	for _, s := range slices.Concat(t.cfg.Streams, nodes) {
 		r, err := t.sc.TrimUnneeded(ctx, s, false)
 		if err != nil {
 			errs = append(errs, err)

@@ -121,6 +121,9 @@ type LeaseExecutor interface {
 	// LeaseGetMany returns the existing leases among tokens (in no particular order); forUpdate
 	// locks them, in token order.
 	LeaseGetMany(ctx context.Context, tokens []string, forUpdate bool) ([]Lease, error)
+	// LeaseExpiredNodes returns, for each job among jobIDs, the nodes where a lease of it
+	// expired (its worker was lost there, or no worker there claimed its placement).
+	LeaseExpiredNodes(ctx context.Context, jobIDs []string) (map[string][]string, error)
 	// LeaseList returns leases newest first.
 	LeaseList(ctx context.Context, p LeaseListParams) ([]Lease, error)
 	// LeaseSetStatus applies one compare-and-set of a lease's status.
@@ -153,4 +156,7 @@ type GPUExecutor interface {
 	// REPEATABLE READ (a DSN that asks for it) the transaction's snapshot is taken at its first
 	// consistent read, so call GPULockNode before any non-locking read of the transaction.
 	GPULockNode(ctx context.Context, nodeID string) ([]GPUCapacity, error)
+	// GPULockAll is GPULockNode of every node at once (rows locked in node and index order,
+	// the order a single node's lock takes too): the scheduler places across nodes.
+	GPULockAll(ctx context.Context) ([]GPUCapacity, error)
 }

@@ -109,13 +109,17 @@ type Job struct {
 	// WaitingReason is why the pending job was last refused a place (a claim's lease denial:
 	// "no_capacity: …"); empty when none. A claim clears it.
 	WaitingReason string
-	Timeout       time.Duration
-	Result        json.RawMessage
-	LastError     string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	StartedAt     *time.Time
-	FinishedAt    *time.Time
+	// PlacedNode is the node the scheduler placed the pending job on: its LeaseToken names the
+	// lease that reserves its GPUs there, and its entry is in that node's stream. "" when the
+	// job is not placed; every write of LeaseToken writes it too.
+	PlacedNode string
+	Timeout    time.Duration
+	Result     json.RawMessage
+	LastError  string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
 }
 
 // JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
@@ -152,6 +156,17 @@ type DispatchParams struct {
 	Now         time.Time
 	SubmittedBy time.Time
 	Limit       int
+	// Scheduled leaves out the GPU jobs that the scheduler has not placed: the scheduler
+	// publishes those, to the stream of the node it places them on.
+	Scheduled bool
+}
+
+// SchedulableParams selects the GPU jobs the scheduler may place: pending, not placed, due at
+// Now. It reads up to Limit of them by priority (highest first, then oldest) and up to Limit
+// oldest first, so that jobs whose priority ages are seen behind a backlog of higher ones.
+type SchedulableParams struct {
+	Now   time.Time
+	Limit int
 }
 
 // JobListParams filters and pages GET /jobs. Pages are ordered by (created_at DESC, job_id DESC);
@@ -192,11 +207,14 @@ type JobUpdate struct {
 	StreamID *string
 	// WaitingReason sets the job's waiting reason (a claim clears it).
 	WaitingReason *string
-	Result        json.RawMessage // nil: unchanged
-	LastError     *string
-	StartedAt     *time.Time // a pointer to the zero time clears it (NULL), e.g. for a retry
-	FinishedAt    *time.Time // likewise
-	Now           time.Time  // updated_at
+	// PlacedNode is written with LeaseToken: nil (or no LeaseToken) clears it, so that only the
+	// scheduler's placement of a pending job names a node.
+	PlacedNode *string
+	Result     json.RawMessage // nil: unchanged
+	LastError  *string
+	StartedAt  *time.Time // a pointer to the zero time clears it (NULL), e.g. for a retry
+	FinishedAt *time.Time // likewise
+	Now        time.Time  // updated_at
 }
 
 // JobEnqueued records that a job was published for a given attempt count. The mark applies only
@@ -280,6 +298,9 @@ type JobExecutor interface {
 	// still pending, leaving updated_at as it is: the reason is advice, not a state. It returns
 	// how many rows changed.
 	JobSetWaiting(ctx context.Context, ids []string, reason string) (int, error)
+	// JobListSchedulable returns the pending GPU jobs that are due and not placed (see
+	// SchedulableParams), without their payloads, each once.
+	JobListSchedulable(ctx context.Context, p SchedulableParams) ([]Job, error)
 	// JobMarkPublished is JobMarkEnqueued for jobs the calling transaction inserted itself: the
 	// rows are its own and locked, so every mark matches and nothing is counted. That lets a
 	// driver send it with the transaction's next statement or its commit (store/mysql/txconn.go)

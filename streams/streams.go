@@ -85,6 +85,7 @@ func (c *Client) Publish(ctx context.Context, msgs []Message) ([]string, error) 
 	}
 	pipe := c.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(msgs))
+	nodes := map[string]bool{} // the node streams recorded by this pipeline
 	for i, m := range msgs {
 		values := []any{fieldJobID, m.JobID, fieldType, m.Type, fieldAttempt, strconv.Itoa(m.Attempt)}
 		if m.TraceParent != "" {
@@ -94,6 +95,10 @@ func (c *Client) Publish(ctx context.Context, msgs []Message) ([]string, error) 
 			values = append(values, fieldPriority, strconv.Itoa(m.Priority))
 		}
 		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: c.StreamKey(m.Stream), Values: values})
+		if _, _, ok := SplitNodeStream(m.Stream); ok && !nodes[m.Stream] {
+			nodes[m.Stream] = true
+			pipe.SAdd(ctx, c.nodeStreamsKey(), m.Stream)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("publish %d entries: %w", len(msgs), err)

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/tracing"
@@ -46,7 +47,7 @@ func TestOneTraceAcrossTheStream(t *testing.T) {
 	rdb := streams.NewRedis(testenv.RedisAddr(t), "")
 	t.Cleanup(func() { _ = rdb.Close() })
 	sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
-	lm := engine.NewLeaseManager(st, cfg, nil, quiet)
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: quiet})
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: quiet, Leases: lm})
 
 	agentTok, agentLine, err := api.GenerateToken("agent", "alice")

@@ -219,6 +219,9 @@ const (
 	ReasonNotDelivered = "not_delivered"
 	// ReasonOutOfScope: the job's type is outside the worker token's scope (--types).
 	ReasonOutOfScope = "out_of_scope"
+	// ReasonPlacedElsewhere: the scheduler placed the job on another node, or its placement
+	// here has ended (the detail says which); the entry is stale.
+	ReasonPlacedElsewhere = "placed_elsewhere"
 )
 
 // ClaimRefusal says why one entry was not claimed.

@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"time"
-
-	"github.com/gpuorch/orchestrator/streams"
 )
 
 // claimAlong reports runs' results together with a claim of the entries waiting in a stream of
@@ -31,9 +29,7 @@ func (w *Worker) claimAlong(ctx context.Context, runs []*run) bool {
 		return false
 	}
 	t := w.cfg.Types[int(w.alongTurn.Add(1))%len(w.cfg.Types)]
-	ds, err := w.cfg.Streams.Read(ctx, streams.ReadParams{
-		Group: streamsGroup(t), Consumer: w.cfg.WorkerID, Streams: []string{t.Stream}, Count: n, Block: -1,
-	})
+	ds, err := w.readEntries(ctx, t, n, -1)
 	if err != nil {
 		w.log.Debug("read along with results failed; reporting them alone", "stream", t.Stream, "error", err)
 		return false

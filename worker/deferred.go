@@ -126,14 +126,18 @@ func byPriority(ds []streams.Delivery, now time.Time) {
 	})
 }
 
-// afterRelease is called once results were recorded, which released their leases: with entries
-// deferred, they try at once (the reservations are gone), and the renewer reports the node's
-// memory now (what the jobs used is free), after which they try again.
-func (w *Worker) afterRelease() {
-	if !w.deferred.any() {
+// afterRelease is called once the results of runs were recorded, which released their leases:
+// with entries deferred, they try at once (the reservations are gone); with entries deferred
+// or GPU leases released, the renewer reports the node's memory now (what the jobs used is
+// free: the scheduler places the jobs waiting for it), after which deferred entries try again.
+func (w *Worker) afterRelease(runs []*run) {
+	deferred := w.deferred.any()
+	if !deferred && !slices.ContainsFunc(runs, func(r *run) bool { return r.job.GPUIndex != nil }) {
 		return
 	}
-	w.deferred.poke()
+	if deferred {
+		w.deferred.poke()
+	}
 	select {
 	case w.renewNow <- struct{}{}:
 	default:

@@ -30,20 +30,17 @@ func (w *Worker) read(ctx, readCtx context.Context, t *config.JobType) {
 		if err != nil {
 			return
 		}
-		ds, err := w.cfg.Streams.Read(readCtx, streams.ReadParams{
-			Group:    streamsGroup(t),
-			Consumer: w.cfg.WorkerID,
-			Streams:  []string{t.Stream},
-			Count:    n,
-			Block:    w.cfg.Block,
-		})
-		w.slots.release(n - len(ds))
+		ds, err := w.readEntries(readCtx, t, n, w.cfg.Block)
+		if len(ds) > n && !w.takeSlots(ctx, len(ds)-n) {
+			return // shutting down: the entries stay pending, for the reclaimer
+		}
+		w.slots.release(max(n-len(ds), 0))
 		if err != nil {
 			fails++
 			log.Warn("read stream failed", "error", err, "tries", fails)
 			if strings.Contains(err.Error(), "NOGROUP") {
 				// The stream or group was deleted (e.g. by an operator): make it again.
-				if gerr := w.cfg.Streams.EnsureGroup(readCtx, t.Stream, streamsGroup(t)); gerr != nil {
+				if gerr := w.ensureGroups(readCtx, t); gerr != nil {
 					log.Warn("recreate consumer group failed", "error", gerr)
 				}
 			}
@@ -56,6 +53,70 @@ func (w *Worker) read(ctx, readCtx context.Context, t *config.JobType) {
 			_ = sleepCtx(ctx, w.cfg.RetryLaterDelay/2+jitter(w.cfg.RetryLaterDelay))
 		}
 	}
+}
+
+// nodeStream is the stream of t's jobs that the scheduler placed on this worker's node ("" when
+// the worker names no node).
+func (w *Worker) nodeStream(t *config.JobType) string {
+	if w.cfg.NodeID == "" {
+		return ""
+	}
+	return streams.NodeStream(t.Stream, w.cfg.NodeID)
+}
+
+// ensureGroups creates t's consumer group on the type's stream and on the node's.
+func (w *Worker) ensureGroups(ctx context.Context, t *config.JobType) error {
+	for _, s := range []string{t.Stream, w.nodeStream(t)} {
+		if s == "" {
+			continue
+		}
+		if err := w.cfg.Streams.EnsureGroup(ctx, s, streamsGroup(t)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readEntries reads up to n entries of t for this worker, from the type's stream and the
+// stream of the jobs the scheduler placed on its node. A blocking read (block >= 0, the
+// reader's) reads both in one call, and, as COUNT applies to each stream, may return up to 2n.
+// A read that must not block (claim along) takes the placed jobs first, as they hold a
+// reservation here, and then as many of the type's as are still wanted: at most n in all.
+func (w *Worker) readEntries(ctx context.Context, t *config.JobType, n int, block time.Duration) ([]streams.Delivery, error) {
+	p := streams.ReadParams{Group: streamsGroup(t), Consumer: w.cfg.WorkerID, Count: n, Block: block,
+		Streams: []string{t.Stream}}
+	node := w.nodeStream(t)
+	switch {
+	case node == "":
+	case block >= 0:
+		p.Streams = append(p.Streams, node)
+	default:
+		p.Streams = []string{node}
+		placed, err := w.cfg.Streams.Read(ctx, p)
+		if err != nil || len(placed) == n {
+			return placed, err
+		}
+		p.Streams, p.Count = []string{t.Stream}, n-len(placed)
+		ds, err := w.cfg.Streams.Read(ctx, p)
+		if err != nil && len(placed) > 0 {
+			return placed, nil // claim what was read; the type's entries wait for the next read
+		}
+		return append(placed, ds...), err
+	}
+	return w.cfg.Streams.Read(ctx, p)
+}
+
+// takeSlots waits for n more slots; false when ctx ended first (the slots taken are given back).
+func (w *Worker) takeSlots(ctx context.Context, n int) bool {
+	for got := 0; got < n; {
+		k, err := w.slots.acquire(ctx, n-got)
+		if err != nil {
+			w.slots.release(got)
+			return false
+		}
+		got += k
+	}
+	return true
 }
 
 // claim claims the entries in one API call and starts the claimed jobs. The entries hold one

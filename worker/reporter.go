@@ -136,7 +136,7 @@ func (w *Worker) settleResults(runs []*run, outcomes []wire.CompleteOutcome, kee
 	}
 	w.ack(ds)
 	w.releaseRunsKeeping(runs, keep)
-	w.afterRelease()
+	w.afterRelease(runs)
 }
 
 // isLeaseExpired reports the API's refusal of a completion whose every result carries an

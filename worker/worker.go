@@ -111,7 +111,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("run worker: Run was already called")
 	}
 	for _, t := range w.cfg.Types {
-		if err := w.cfg.Streams.EnsureGroup(ctx, t.Stream, streamsGroup(t)); err != nil {
+		if err := w.ensureGroups(ctx, t); err != nil {
 			return fmt.Errorf("run worker: %w", err)
 		}
 	}

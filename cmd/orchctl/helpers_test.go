@@ -17,6 +17,7 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -35,7 +36,7 @@ type bundle struct {
 // apiOptions are the options of an API server over st and sc, as the orchestrator wires it:
 // the engine, the lease manager and the backends the API reads.
 func apiOptions(st store.Store, sc *streams.Client, cfg *config.Config, log *slog.Logger) api.Options {
-	lm := engine.NewLeaseManager(st, cfg, nil, log)
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: log})
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Leases: lm})
 	return api.Options{Engine: eng, Config: cfg, Store: st, Streams: sc, Leases: lm, Logger: log}
 }

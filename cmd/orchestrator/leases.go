@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/leases"
+	"github.com/gpuorch/orchestrator/scheduler"
 	"github.com/gpuorch/orchestrator/telemetry"
 )
 
@@ -63,3 +65,44 @@ func (l *localTelemetry) freed(node string) func(nodeID string) {
 		}
 	}
 }
+
+// schedulerLoop is the leader's GPU scheduler of one term (none when scheduler.disabled): it
+// listens for the wakes every instance publishes while the term lasts.
+func schedulerLoop(cfg *config.Config, eng *engine.Engine, waker *scheduler.Waker, sm *scheduler.Metrics,
+	log *slog.Logger) func(term int64, fence engine.Fence) loop {
+	return func(_ int64, fence engine.Fence) loop {
+		if cfg.Scheduler.Disabled {
+			return nopLoop{}
+		}
+		s := scheduler.New(eng, scheduler.ConfigFrom(cfg, scheduler.Config{
+			Wakes: waker.C(), Fence: fence, Metrics: sm, Stagger: false, Logger: log,
+		}))
+		return &listeningLoop{loop: s, listen: waker.Listen}
+	}
+}
+
+// listeningLoop runs listen beside a loop, for as long as the loop runs.
+type listeningLoop struct {
+	loop
+	listen func(ctx context.Context)
+	cancel context.CancelFunc
+}
+
+func (l *listeningLoop) Start(ctx context.Context) error {
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.listen(ctx)
+	return l.loop.Start(ctx)
+}
+
+func (l *listeningLoop) Stop() {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.loop.Stop()
+}
+
+// nopLoop is a loop that does nothing.
+type nopLoop struct{}
+
+func (nopLoop) Start(context.Context) error { return nil }
+func (nopLoop) Stop()                       {}

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/reclaimer"
+	"github.com/gpuorch/orchestrator/scheduler"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/tracing"
@@ -164,10 +165,18 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	var term currentTerm
 	om := metrics.NewRegistry(log)
 	jm := engine.NewMetrics(cfg.TypeNames())
-	lm := engine.NewLeaseManager(st, cfg, time.Now, log)
+	// A submit of GPU jobs, a release of GPU leases and a telemetry report wake the leader's
+	// scheduler, wherever it runs.
+	waker := scheduler.NewWaker(sc, log)
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: log, Recorded: func(string) { waker.Wake() }})
 	var local localTelemetry // set by startLeaseLoops
+	freed := local.freed(cfg.NodeID)
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: jm, Leases: lm,
-		GPUFreed: local.freed(cfg.NodeID)})
+		GPUFreed: func(node string) { freed(node); waker.Wake() }, WakeScheduler: waker.Wake})
+	sm := scheduler.NewMetrics(cfg.TypeNames())
+	if err := om.Register(sm); err != nil {
+		return nil, fmt.Errorf("register scheduler metrics: %w", err)
+	}
 	rm := reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...)
 	if err := om.Register(rm); err != nil {
 		return nil, fmt.Errorf("register reclaimer metrics: %w", err)
@@ -176,7 +185,7 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, st, eng, sc, rm, log, pw.leaderLoop)))
+	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, st, eng, sc, rm, log, pw.leaderLoop, schedulerLoop(cfg, eng, waker, sm, log))))
 	if err != nil {
 		return nil, err
 	}

@@ -101,7 +101,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 // them enqueued behind fence. full reports that the list was full.
 func (o *Outbox[S]) PublishDue(ctx context.Context, fence store.Fence, now time.Time, limit int) (published int, full bool, err error) {
 	jobs, err := o.store.JobListDispatchable(ctx, store.DispatchParams{
-		Now: now, SubmittedBy: now.Add(-PublishGrace), Limit: limit,
+		Now: now, SubmittedBy: now.Add(-PublishGrace), Limit: limit, Scheduled: o.scheduled,
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("list dispatchable jobs: %w", err)

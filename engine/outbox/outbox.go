@@ -49,6 +49,13 @@ type Options struct {
 	// StreamOf names the stream of a job type; false for a type that is not configured,
 	// whose jobs are logged and not published.
 	StreamOf func(jobType string) (stream string, ok bool)
+	// Scheduled says the leader's scheduler places GPU jobs: a pending GPU job that it has
+	// not placed is left for it (not published, not marked), and a placed one goes to the
+	// node stream of its type on its node (streams.NodeStream).
+	Scheduled bool
+	// Unplaced, when set, is called after a publish left GPU jobs to the scheduler: the
+	// wiring wakes it.
+	Unplaced func()
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -59,9 +66,12 @@ type Outbox[S any] struct {
 	store    Store
 	streams  Streams
 	streamOf func(string) (string, bool)
-	log      *slog.Logger
-	group    group[S]
-	marks    markQueue
+	// scheduled: see Options.Scheduled.
+	scheduled bool
+	unplaced  func()
+	log       *slog.Logger
+	group     group[S]
+	marks     markQueue
 	// answered is read-held by every publish that follows its submitters' answers
 	// (HoldAnswered); FlushMarks takes it to wait for them.
 	answered sync.RWMutex
@@ -70,10 +80,12 @@ type Outbox[S any] struct {
 // New returns an Outbox whose group commit hands batches of submits to commit (see Enqueue).
 func New[S any](opts Options, commit func(batch []S)) *Outbox[S] {
 	o := &Outbox[S]{
-		store:    opts.Store,
-		streams:  opts.Streams,
-		streamOf: opts.StreamOf,
-		log:      logging.Component(opts.Logger, "outbox"),
+		store:     opts.Store,
+		streams:   opts.Streams,
+		streamOf:  opts.StreamOf,
+		scheduled: opts.Scheduled,
+		unplaced:  opts.Unplaced,
+		log:       logging.Component(opts.Logger, "outbox"),
 	}
 	o.group.commit = commit
 	return o
@@ -198,11 +210,19 @@ func (o *Outbox[S]) xadd(ctx context.Context, jobs []store.Job, traces []string,
 	defer func() { tracing.End(span, err) }()
 	traceParent := tracing.TraceParent(ctx) // the entries carry the trace to the workers
 	msgs := make([]streams.Message, 0, len(jobs))
+	unplaced := false
 	for i, j := range jobs {
 		stream, ok := o.streamOf(j.Type)
 		if !ok {
 			o.log.Error("job of an unconfigured type cannot be published", "job_id", j.ID, "type", j.Type)
 			continue
+		}
+		if o.scheduled && j.GPUMemoryMB > 0 && j.Status == store.JobPending {
+			if j.PlacedNode == "" {
+				unplaced = true
+				continue // the scheduler's to place, and then to publish
+			}
+			stream = streams.NodeStream(stream, j.PlacedNode)
 		}
 		tp := traceParent
 		if i < len(traces) && traces[i] != "" {
@@ -210,6 +230,9 @@ func (o *Outbox[S]) xadd(ctx context.Context, jobs []store.Job, traces []string,
 		}
 		msgs = append(msgs, streams.Message{Stream: stream, JobID: j.ID, Type: j.Type, Attempt: j.Attempts, TraceParent: tp,
 			Priority: j.Priority})
+	}
+	if unplaced && o.unplaced != nil {
+		o.unplaced()
 	}
 	ids, err := o.streams.Publish(ctx, msgs)
 	if err != nil {

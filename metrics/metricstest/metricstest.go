@@ -74,7 +74,7 @@ func New(t testing.TB) *Bundle {
 
 	reg := metrics.NewRegistry(log)
 	jobs := engine.NewMetrics(cfg.TypeNames())
-	lm := engine.NewLeaseManager(st, cfg, time.Now, log)
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: log})
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Observer: jobs, Leases: lm})
 	ac, err := admission.New(st, rdb, cfg, admission.Options{Prefix: prefix, Registerer: reg, Logger: log})
 	require.NoError(t, err)

@@ -155,3 +155,13 @@ func (enc Encoding) scanGPU(row Scanner) (store.GPUCapacity, error) {
 		enc.at(&g.UpdatedAt))
 	return g, err
 }
+
+// GPULockAll locks every node's GPU rows, in node and index order, and sums their
+// reservations (GPULockNode of every node at once).
+func (e Executor) GPULockAll(ctx context.Context) ([]store.GPUCapacity, error) {
+	gpus, err := e.gpuCapacity(ctx, e.w, "", false, true)
+	if err != nil {
+		return nil, fmt.Errorf("lock every gpu: %w", err)
+	}
+	return gpus, nil
+}

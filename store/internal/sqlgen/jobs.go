@@ -209,3 +209,28 @@ func (d *Driver) TakenJob(ctx context.Context, x Querier, id string) (store.Job,
 	}
 	return existing, false, nil
 }
+
+// JobListSchedulable returns the due, unplaced pending GPU jobs: up to p.Limit by priority and
+// up to p.Limit oldest first, each once (store.SchedulableParams). Both reads walk the pending
+// jobs not enqueued (idx_jobs_dispatch), which is where unplaced GPU jobs stay.
+func (e Executor) JobListSchedulable(ctx context.Context, p store.SchedulableParams) ([]store.Job, error) {
+	limit := ClampLimit(p.Limit, DispatchLimitDefault, DispatchLimitMax)
+	q := "SELECT " + JobColumnsNoPayload + ` FROM orchestrator_jobs WHERE status = ? AND enqueued = 0
+		AND available_at <= ? AND gpu_memory_mb > 0 AND lease_token = '' ORDER BY `
+	args := []any{string(store.JobPending), e.d.Time(p.Now)}
+	var out []store.Job
+	seen := map[string]bool{}
+	for _, order := range []string{"priority DESC, available_at, job_id", "available_at, job_id"} {
+		jobs, err := e.d.QueryJobs(ctx, e.r, q+order+" LIMIT ?", append(args, limit)...)
+		if err != nil {
+			return nil, fmt.Errorf("list schedulable jobs: %w", err)
+		}
+		for _, j := range jobs {
+			if !seen[j.ID] {
+				seen[j.ID] = true
+				out = append(out, j)
+			}
+		}
+	}
+	return out, nil
+}

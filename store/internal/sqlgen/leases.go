@@ -60,6 +60,27 @@ func (e Executor) LeaseGetMany(ctx context.Context, tokens []string, forUpdate b
 	return out, nil
 }
 
+// LeaseExpiredNodes returns the nodes of the expired leases of each job among jobIDs
+// (idx_leases_job), each once.
+func (e Executor) LeaseExpiredNodes(ctx context.Context, jobIDs []string) (map[string][]string, error) {
+	type pair struct{ job, node string }
+	pairs, err := chunked(DistinctIDs(jobIDs), e.d.Chunk, func(chunk []string) ([]pair, error) {
+		return query(ctx, e.d, e.r, func(row Scanner) (pair, error) {
+			var p pair
+			return p, row.Scan(&p.job, &p.node)
+		}, "SELECT DISTINCT job_id, node_id FROM orchestrator_leases WHERE job_id IN ("+Placeholders(len(chunk))+
+			") AND status = ?", append(Args(chunk), string(store.LeaseExpired))...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list expired leases' nodes: %w", err)
+	}
+	out := map[string][]string{}
+	for _, p := range pairs {
+		out[p.job] = append(out[p.job], p.node)
+	}
+	return out, nil
+}
+
 // leasesByToken reads the leases of tokens (distinct) on x.
 func (e Executor) leasesByToken(ctx context.Context, x Reader, tokens []string, forUpdate bool) ([]store.Lease, error) {
 	return chunked(tokens, e.d.Chunk, func(chunk []string) ([]store.Lease, error) {

@@ -100,6 +100,11 @@ func JobSet(u store.JobUpdate, enc Encoding) []Assign {
 	}
 	if u.LeaseToken != nil {
 		add("lease_token", *u.LeaseToken)
+		node := ""
+		if u.PlacedNode != nil {
+			node = *u.PlacedNode
+		}
+		add("placed_node", node)
 	}
 	if u.StreamID != nil {
 		add("stream_id", *u.StreamID)
@@ -290,6 +295,9 @@ func (d *Driver) Dispatchable(p store.DispatchParams, limit int) (string, []any)
 	if !p.SubmittedBy.IsZero() {
 		q += ` AND (attempts > 0 OR created_at <= ?)`
 		args = append(args, d.Time(p.SubmittedBy))
+	}
+	if p.Scheduled {
+		q += ` AND (gpu_memory_mb = 0 OR placed_node <> '')`
 	}
 	return q + ` ORDER BY available_at, job_id LIMIT ?`, append(args, limit)
 }
