@@ -123,6 +123,7 @@ func devWorker(cfg *config.Config, sc *streams.Client, self selfAPI) (*worker.Wo
 	if len(types) == 0 {
 		return nil, nil, fmt.Errorf("dev: no job type can run in the in-process worker")
 	}
+	api := client.New(self.url, cfg.Worker.APIToken, client.WithTLSConfig(self.tls))
 	w, err := worker.New(worker.Config{
 		WorkerID:      devWorkerID(cfg),
 		PoolID:        devPoolID,
@@ -132,10 +133,14 @@ func devWorker(cfg *config.Config, sc *streams.Client, self selfAPI) (*worker.Wo
 		Batch:         cfg.Worker.Batch,
 		Block:         cfg.Worker.Block,
 		ShutdownGrace: cfg.ShutdownGrace,
-		API:           client.New(self.url, cfg.Worker.APIToken, client.WithTLSConfig(self.tls)),
+		API:           api,
 		Streams:       sc,
 		Registry:      reg,
 		Logger:        logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat),
+		// Registered like any worker: the scheduler places GPU jobs on the nodes of the live
+		// workers of their type.
+		Registrar:         api,
+		HeartbeatInterval: cfg.Pools.HeartbeatInterval,
 	})
 	return w, names, err
 }
