@@ -179,12 +179,17 @@ func TestScopedWorkerTokenEnforced(t *testing.T) {
 		e := errorOf(claim("pool-p", "noop"))
 		require.Equal(t, "jobs[0].stream", e.Field)
 		require.Contains(t, e.Message, "sleep")
+		// A node stream (the scheduler's, streams.NodeStream) is its type's.
+		e = errorOf(claim("pool-p", streams.NodeStream("noop", "node-1")))
+		require.Equal(t, "jobs[0].stream", e.Field)
+		status, body := claim("pool-p", streams.NodeStream("sleep", "node-1"))
+		require.Equal(t, http.StatusOK, status, string(body))
 		e = errorOf(claim("pool-q", "sleep"))
 		require.Equal(t, "pool_id", e.Field)
 		e = errorOf(claim("", "sleep"))
 		require.Equal(t, "pool_id", e.Field)
 		// An item that lies about its stream reaches the engine, which checks the job's type.
-		status, body := claim("pool-p", "sleep")
+		status, body = claim("pool-p", "sleep")
 		require.Equal(t, http.StatusOK, status, string(body))
 		var res wire.ClaimResponse
 		require.NoError(t, json.Unmarshal(body, &res))

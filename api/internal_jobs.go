@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/ident"
+	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/wire"
 )
 
@@ -114,7 +115,7 @@ func (s *Server) claimInScope(scope TokenRecord, req wire.ClaimRequest) error {
 		return nil
 	}
 	for i, it := range req.Jobs {
-		t := s.cfg.TypeOfStream(it.Stream)
+		t := s.cfg.TypeOfStream(streams.TypeStream(it.Stream)) // a node stream is its type's
 		if t == nil || !inScope(scope.Types, t.Name) {
 			return outOfScope(itemField("jobs", i, "stream"), "stream %q is not of a job type this worker token is scoped to (%s)",
 				it.Stream, scopeTypes(scope.Types))

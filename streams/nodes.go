@@ -27,6 +27,14 @@ func SplitNodeStream(name string) (stream, node string, ok bool) {
 	return stream, node, ok && stream != "" && node != ""
 }
 
+// TypeStream is the type's stream of name: the stream a node stream is of, or name itself.
+func TypeStream(name string) string {
+	if stream, _, ok := SplitNodeStream(name); ok {
+		return stream
+	}
+	return name
+}
+
 // nodeStreamsKey is the set of the node streams published to.
 func (c *Client) nodeStreamsKey() string { return c.prefix + "orchestrator:node_streams" }
 
