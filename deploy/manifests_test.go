@@ -288,6 +288,12 @@ func TestKEDARedisStreams(t *testing.T) {
 		wantStream := "stream:orchestrator:" + deployed.JobType(typ).Stream
 		require.Equal(t, wantStream, "stream:orchestrator:"+defaults[typ].Stream, "the deployed stream of %s is the default", typ)
 
+		if deployed.JobType(typ).GPUMemoryMB > 0 {
+			// The scheduler keeps a GPU type's jobs out of its stream until it places them,
+			// on a node's stream: the type scales on its backlog as the orchestrator counts it.
+			requirePrometheusTrigger(t, exported(t), so, typ)
+			continue
+		}
 		modes := map[string]bool{}
 		for _, tr := range list(t, so, "spec", "triggers") {
 			require.Equal(t, "redis-streams", str(t, tr, "type"))
@@ -312,19 +318,10 @@ func TestKEDAPrometheusAlternative(t *testing.T) {
 	t.Parallel()
 	names := exported(t)
 	workers := workerDeployments(t)
-	defaults := config.DefaultJobTypes()
 	sos := of(docs(t, "../keda/prometheus/scaledobjects.yaml"), "ScaledObject")
 	require.Len(t, sos, len(workers))
-	streamRE := regexp.MustCompile(`stream="([a-z0-9_]+)"`)
 	for _, so := range sos {
 		target := str(t, so, "spec", "scaleTargetRef", "name")
-		tr := get(t, so, "spec", "triggers", 0)
-		require.Equal(t, "prometheus", str(t, tr, "type"))
-		for _, key := range []string{"serverAddress", "query", "threshold", "activationThreshold"} {
-			require.NotEmpty(t, str(t, tr, "metadata", key), "%s: %s", target, key)
-		}
-		query := str(t, tr, "metadata", "query")
-		require.Contains(t, requireExported(t, names, "ScaledObject "+target, query), "gpu_orchestrator_job_queue_depth")
 		var typ string
 		for ty, d := range workers {
 			if str(t, d, "metadata", "name") == target {
@@ -332,9 +329,25 @@ func TestKEDAPrometheusAlternative(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, typ, target)
-		for _, m := range streamRE.FindAllStringSubmatch(query, -1) {
-			require.Equal(t, defaults[typ].Stream, m[1], "%s queries its type's stream", target)
-		}
+		requirePrometheusTrigger(t, names, so, typ)
+	}
+}
+
+// requirePrometheusTrigger checks that so scales on a prometheus query of exported metrics,
+// the backlog of typ's stream only.
+func requirePrometheusTrigger(t *testing.T, names map[string]bool, so any, typ string) {
+	t.Helper()
+	target := str(t, so, "spec", "scaleTargetRef", "name")
+	tr := get(t, so, "spec", "triggers", 0)
+	require.Equal(t, "prometheus", str(t, tr, "type"))
+	for _, key := range []string{"serverAddress", "query", "threshold", "activationThreshold"} {
+		require.NotEmpty(t, str(t, tr, "metadata", key), "%s: %s", target, key)
+	}
+	require.Equal(t, "0", str(t, tr, "metadata", "activationThreshold"), "%s: the first job wakes a type scaled to zero", target)
+	query := str(t, tr, "metadata", "query")
+	require.Contains(t, requireExported(t, names, "ScaledObject "+target, query), "gpu_orchestrator_job_queue_depth")
+	for _, m := range regexp.MustCompile(`stream="([a-z0-9_]+)"`).FindAllStringSubmatch(query, -1) {
+		require.Equal(t, config.DefaultJobTypes()[typ].Stream, m[1], "%s queries its type's stream", target)
 	}
 }
 

@@ -31,7 +31,7 @@ func TestQueueCollector(t *testing.T) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
 		reg := metrics.NewRegistry(quiet)
-		reg.MustRegister(reclaimer.NewQueueCollector(reg, sc, reclaimer.GroupsOf(cfg)))
+		reg.MustRegister(reclaimer.NewQueueCollector(reg, sc, cfg, nil))
 		group := streams.GroupName("noop")
 		require.NoError(t, sc.EnsureGroup(ctx, "noop", group))
 		msgs := make([]streams.Message, 5)
@@ -52,10 +52,28 @@ func TestQueueCollector(t *testing.T) {
 		}
 	})
 
+	t.Run("NodeStreamsAndUnplacedJobsCountAsTheType", func(t *testing.T) {
+		t.Parallel()
+		rdb := streams.NewRedis(testenv.RedisAddr(t), "")
+		t.Cleanup(func() { _ = rdb.Close() })
+		sc := streams.New(rdb, streams.Options{Prefix: testenv.RedisPrefix(t)})
+		reg := metrics.NewRegistry(quiet)
+		reg.MustRegister(reclaimer.NewQueueCollector(reg, sc, cfg, unplaced{"inference": 4}))
+		node := streams.NodeStream("inference_jobs", "node-1")
+		_, err := sc.Publish(ctx, []streams.Message{{Stream: node, JobID: "placed-1", Type: "inference"},
+			{Stream: node, JobID: "placed-2", Type: "inference"}})
+		require.NoError(t, err)
+
+		fams := metricstest.Gather(t, reg)
+		require.Equal(t, 6.0, metricstest.Value(t, fams, "gpu_orchestrator_job_queue_depth", map[string]string{"stream": "inference_jobs"}),
+			"4 waiting for the scheduler and 2 placed on node-1, not yet read")
+		require.Zero(t, metricstest.Value(t, fams, "gpu_orchestrator_job_queue_depth", map[string]string{"stream": "preloads"}))
+	})
+
 	t.Run("RedisDownFailsTheFamiliesOnly", func(t *testing.T) {
 		t.Parallel()
 		reg := metrics.NewRegistry(quiet)
-		reg.MustRegister(reclaimer.NewQueueCollector(reg, downStreams{}, reclaimer.GroupsOf(cfg)))
+		reg.MustRegister(reclaimer.NewQueueCollector(reg, downStreams{}, cfg, nil))
 		_, err := reg.Gather()
 		require.ErrorContains(t, err, "redis is down")
 		fams := metricstest.GatherFailing(t, reg)
@@ -70,3 +88,12 @@ type downStreams struct{}
 func (downStreams) GroupStats(context.Context, []reclaimer.Group) ([]streams.GroupStat, error) {
 	return nil, errors.New("redis is down")
 }
+
+func (downStreams) NodeStreams(context.Context) ([]string, error) {
+	return nil, errors.New("redis is down")
+}
+
+// unplaced counts GPU jobs waiting for the scheduler, by type.
+type unplaced map[string]int
+
+func (u unplaced) JobCountUnplaced(context.Context) (map[string]int, error) { return u, nil }

@@ -298,6 +298,9 @@ type JobExecutor interface {
 	// still pending, leaving updated_at as it is: the reason is advice, not a state. It returns
 	// how many rows changed.
 	JobSetWaiting(ctx context.Context, ids []string, reason string) (int, error)
+	// JobCountUnplaced counts, by type, the pending GPU jobs that wait for the scheduler
+	// (not placed, not enqueued).
+	JobCountUnplaced(ctx context.Context) (map[string]int, error)
 	// JobListSchedulable returns the pending GPU jobs that are due and not placed (see
 	// SchedulableParams), without their payloads, each once.
 	JobListSchedulable(ctx context.Context, p SchedulableParams) ([]Job, error)

@@ -27,7 +27,7 @@ func registerMetrics(reg *metrics.Registry, cfg *config.Config, st store.Store, 
 	cs := []prometheus.Collector{
 		jm,
 		engine.NewDLQDepthCollector(reg, sc),
-		reclaimer.NewQueueCollector(reg, sc, reclaimer.GroupsOf(cfg)),
+		reclaimer.NewQueueCollector(reg, sc, cfg, st),
 		pools.NewCollector(reg, st),
 		leader.NewCollector(el),
 	}

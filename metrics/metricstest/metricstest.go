@@ -84,7 +84,7 @@ func New(t testing.TB) *Bundle {
 		jobs,
 		engine.NewDLQDepthCollector(reg, sc),
 		reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...),
-		reclaimer.NewQueueCollector(reg, sc, reclaimer.GroupsOf(cfg)),
+		reclaimer.NewQueueCollector(reg, sc, cfg, st),
 		leases.NewCollector(reg, counter, lm, leases.DefaultRequirementMB(cfg)),
 		pools.NewCollector(reg, st),
 		leader.NewCollector(Leader{Leading: true, TermV: 1}),

@@ -177,9 +177,22 @@ func (e Executor) JobCountPending(ctx context.Context, types, excludeIDs []strin
 		q += ` AND job_id NOT IN (` + Placeholders(len(ids)) + `)`
 		args = append(args, Args(ids)...)
 	}
-	rows, err := e.r.QueryContext(ctx, q+` GROUP BY type`, args...)
+	return e.countByType(ctx, "count pending jobs", q+` GROUP BY type`, args, out)
+}
+
+// JobCountUnplaced counts, by type, the pending GPU jobs that wait for the scheduler: not
+// placed and not enqueued (idx_jobs_dispatch).
+func (e Executor) JobCountUnplaced(ctx context.Context) (map[string]int, error) {
+	return e.countByType(ctx, "count unplaced gpu jobs", `SELECT type, COUNT(*) FROM orchestrator_jobs
+		WHERE status = ? AND enqueued = 0 AND gpu_memory_mb > 0 AND lease_token = '' GROUP BY type`,
+		[]any{string(store.JobPending)}, map[string]int{})
+}
+
+// countByType runs q, a SELECT of (type, count) rows, into out.
+func (e Executor) countByType(ctx context.Context, what, q string, args []any, out map[string]int) (map[string]int, error) {
+	rows, err := e.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("count pending jobs: %w", e.d.MapErr(err))
+		return nil, fmt.Errorf("%s: %w", what, e.d.MapErr(err))
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -188,12 +201,12 @@ func (e Executor) JobCountPending(ctx context.Context, types, excludeIDs []strin
 			n   int
 		)
 		if err := rows.Scan(&typ, &n); err != nil {
-			return nil, fmt.Errorf("count pending jobs: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out[typ] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count pending jobs: %w", e.d.MapErr(err))
+		return nil, fmt.Errorf("%s: %w", what, e.d.MapErr(err))
 	}
 	return out, nil
 }
