@@ -31,6 +31,7 @@ func jobToWire(j store.Job) wire.Job {
 		GPUs:          j.GPUCount(),
 		GPUExclusive:  j.GPUExclusive && j.GPUMemoryMB > 0,
 		WaitingReason: waitingReason(j),
+		PlacedNode:    placedNode(j),
 		Priority:      j.Priority,
 		Timeout:       wire.Duration(j.Timeout),
 		Result:        rawOrNil(j.Result),
@@ -48,6 +49,14 @@ func waitingReason(j store.Job) string {
 		return ""
 	}
 	return j.WaitingReason
+}
+
+// placedNode is the node j is placed on while it is pending (a claim clears it).
+func placedNode(j store.Job) string {
+	if j.Status != store.JobPending {
+		return ""
+	}
+	return j.PlacedNode
 }
 
 // rawOrNil keeps an empty raw message out of the JSON (an empty RawMessage does not marshal).

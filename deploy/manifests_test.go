@@ -170,6 +170,7 @@ func TestDashboard(t *testing.T) {
 
 	used := map[string]bool{}
 	ids := map[float64]bool{}
+	var placed []gridPos
 	var walk func(panels []any)
 	walk = func(panels []any) {
 		for _, p := range panels {
@@ -177,6 +178,7 @@ func TestDashboard(t *testing.T) {
 			require.False(t, ids[id], "panel id %v is unique", id)
 			ids[id] = true
 			title := str(t, p, "title")
+			placed = append(placed, panelPos(t, p))
 			if str(t, p, "type") == "row" {
 				walk(list(t, p, "panels"))
 				continue
@@ -204,9 +206,33 @@ func TestDashboard(t *testing.T) {
 		"gpu_orchestrator_leases_free", "gpu_orchestrator_gpu_mem_used_pct", "gpu_orchestrator_gpu_utilization_pct",
 		"gpu_orchestrator_admission_decisions_total", "gpu_orchestrator_reclaimed_total", "gpu_orchestrator_dlq_depth",
 		"gpu_orchestrator_is_leader", "gpu_orchestrator_leader_term", "gpu_orchestrator_worker_pool_workers",
+		"gpu_orchestrator_scheduler_placements_total", "gpu_orchestrator_scheduler_waiting_jobs",
 	} {
 		require.True(t, used[m], "a panel shows %s", m)
 	}
+	for i, a := range placed {
+		require.True(t, a.x >= 0 && a.w > 0 && a.h > 0 && a.x+a.w <= 24, "panel %q fits the 24 columns: %+v", a.title, a)
+		for _, b := range placed[i+1:] {
+			overlap := a.x < b.x+b.w && b.x < a.x+a.w && a.y < b.y+b.h && b.y < a.y+a.h
+			require.False(t, overlap, "panels %q %+v and %q %+v overlap", a.title, a, b.title, b)
+		}
+	}
+}
+
+// gridPos is where a dashboard panel sits.
+type gridPos struct {
+	title      string
+	x, y, w, h float64
+}
+
+func panelPos(t *testing.T, p any) gridPos {
+	t.Helper()
+	num := func(key string) float64 {
+		v, ok := get(t, p, "gridPos", key).(float64)
+		require.True(t, ok, "panel %v: gridPos.%s is a number", get(t, p, "id"), key)
+		return v
+	}
+	return gridPos{title: str(t, p, "title"), x: num("x"), y: num("y"), w: num("w"), h: num("h")}
 }
 
 func TestGrafanaProvisioning(t *testing.T) {

@@ -17,7 +17,14 @@ func TestOrchestratorExportsEveryRequiredFamily(t *testing.T) {
 		require.True(t, names[name], "%s is exported", name)
 	}
 	for _, name := range []string{"gpu_orchestrator_workers", "gpu_orchestrator_worker_pool_desired_workers",
-		"gpu_orchestrator_gpu_telemetry_age_seconds", "gpu_orchestrator_collector_errors_total", "go_goroutines"} {
+		"gpu_orchestrator_gpu_telemetry_age_seconds", "gpu_orchestrator_collector_errors_total", "go_goroutines",
+		"gpu_orchestrator_scheduler_placements_total", "gpu_orchestrator_scheduler_waiting_jobs",
+		"gpu_orchestrator_scheduler_failed_passes_total"} {
 		require.True(t, names[name], "%s is exported", name)
 	}
+	fams := metricstest.Gather(t, b.Metrics)
+	require.Zero(t, metricstest.Value(t, fams, "gpu_orchestrator_scheduler_waiting_jobs", map[string]string{"reason": "no_capacity"}),
+		"the leader's pass found no GPU job waiting")
+	require.Zero(t, metricstest.Value(t, fams, "gpu_orchestrator_scheduler_placements_total", map[string]string{"type": "noop"}),
+		"every type's series is pre-created")
 }

@@ -146,15 +146,19 @@ type Job struct {
 	// WaitingReason is why a pending job was last refused a place, as "<code>: <message>"
 	// ("no_capacity: no GPU of node \"n1\" has 30000 MB free ..."); absent when none, and once
 	// the job is no longer pending.
-	WaitingReason string          `json:"waiting_reason,omitempty"`
-	Priority      int             `json:"priority"`
-	Timeout       Duration        `json:"timeout"`
-	Result        json.RawMessage `json:"result,omitempty"`
-	LastError     string          `json:"last_error,omitempty"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
-	StartedAt     *time.Time      `json:"started_at,omitempty"`
-	FinishedAt    *time.Time      `json:"finished_at,omitempty"`
+	WaitingReason string `json:"waiting_reason,omitempty"`
+	// PlacedNode is the node the scheduler placed a pending GPU job on: its GPUs are reserved
+	// there and it waits for a worker of that node to claim it. Absent when the job is not
+	// placed, and once it is claimed (WorkerID then names its worker).
+	PlacedNode string          `json:"placed_node,omitempty"`
+	Priority   int             `json:"priority"`
+	Timeout    Duration        `json:"timeout"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	LastError  string          `json:"last_error,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
+	StartedAt  *time.Time      `json:"started_at,omitempty"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 }
 
 // JobList is a page of GET /jobs. NextCursor is empty on the last page.

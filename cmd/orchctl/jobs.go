@@ -209,7 +209,8 @@ func newJobsGetCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "get JOB_ID",
 		Short: "Show one job",
-		Long: `Show one job: its status, attempts, worker, timestamps, last error, payload and result.
+		Long: `Show one job: its status, attempts, worker, why it waits and the node the scheduler placed it
+on, timestamps, last error, payload and result.
 
 The table cuts the payload, result and last error at ` + strconv.Itoa(maxFieldValue) + ` characters; -o json prints the
 job exactly as the API returns it. An agent token sees only its own agent's jobs (any other is
@@ -265,6 +266,7 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		{"POOL", orDash(j.OwnerPool)},
 		{"GPU", gpu},
 		{"WAITING", orDash(j.WaitingReason)},
+		{"PLACED ON", orDash(j.PlacedNode)},
 		{"TIMEOUT", time.Duration(j.Timeout).String()},
 		{"ENQUEUED", enqueued},
 		{"AVAILABLE AT", fmtTime(j.AvailableAt, now)},

@@ -56,7 +56,7 @@ func TestJobsSubmit(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, res.Refused, 1)
 		r = b.runOK(t, "jobs", "why", "why-gpu")
-		require.Contains(t, r.stdout, `why-gpu pending: waits for a place: node_unknown: node "why-nowhere" has reported no GPU`)
+		require.Contains(t, r.stdout, `why-gpu pending: waits for a place: the node of the worker that read it could not take it (node_unknown: node "why-nowhere" has reported no GPU`)
 		require.Contains(t, b.runOK(t, "jobs", "get", "why-gpu").stdout, "1000 MB on 1 GPU")
 
 		b.done(t, id, `{}`)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -16,10 +17,24 @@ func newJobsWhyCmd(g *globals) *cobra.Command {
 		Short: "Say why a job is where it is: what a pending job waits for",
 		Long: `Say in one line why a job is where it is.
 
-A pending GPU job that a worker's node could not place says why (its waiting reason: the lease
-denial, e.g. "no_capacity: no GPU of node "n1" has 30000 MB free ... the most is 20557 MB on
-GPU 0"); a pending job without one waits for a worker of its type to read it, or for its retry
-backoff. A claimed or running job names its worker; a finished one its end.`,
+A pending GPU job waits for the leader's scheduler to place it; the scheduler writes down why
+it could not (the job's waiting_reason, "KIND: DETAILS"), and why says what each kind means,
+the details after it in parentheses:
+
+  no_capacity         no node that runs the job's type has the memory free now; it is placed
+                      as soon as jobs there end ("orchctl gpus" shows who holds it)
+  reserved            the node it would go to is held for an older job, ahead in line
+  no_fresh_telemetry  the nodes that run its type have not reported their GPUs lately
+  no_worker           no live worker of its type runs on a node with GPUs
+  unsatisfiable       no node that runs its type could hold it even idle
+  placement_expired   it was placed, but no worker of that node claimed it in time
+  node_unknown, telemetry_stale
+                      a worker's node refused it at its claim (the scheduler is disabled)
+
+A pending job the scheduler placed names its node (placed_node): its GPUs are reserved there
+and a worker of that node claims it next. A pending job with no reason waits for a worker of
+its type to read it, or for its retry backoff. A claimed or running job names its worker; a
+finished one its end.`,
 		Example: `  orchctl jobs why j0191f3c...`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: g.onJob(func(w io.Writer, job client.Job) error {
@@ -42,12 +57,15 @@ func (g *globals) why(j client.Job) string {
 	switch j.Status {
 	case "pending":
 		switch {
+		case j.PlacedNode != "":
+			return "placed on node " + j.PlacedNode + ", its GPUs reserved there: waits for a worker of type " + j.Type +
+				" on that node to claim it"
 		case j.WaitingReason != "":
-			return "waits for a place: " + j.WaitingReason
+			return waitingWhy(j)
 		case j.AvailableAt.After(now):
 			return "waits for its retry backoff, until " + fmtTime(j.AvailableAt, now)
 		case j.GPUMemoryMB > 0:
-			return "waits for a worker of type " + j.Type + " on a node with " + gpuRequest(j) + " free"
+			return "waits to be placed on a node with " + gpuRequest(j) + " free, where a worker of type " + j.Type + " runs"
 		}
 		return "waits for a worker of type " + j.Type + " to read it"
 	case "claimed":
@@ -60,6 +78,36 @@ func (g *globals) why(j client.Job) string {
 		return "its attempts are used up (" + attempts(j) + "); the last failed with: " + orDash(truncate(j.LastError, maxFieldValue))
 	}
 	return j.Status
+}
+
+// waitingWhy explains the waiting reason of a pending job, "KIND: DETAILS" as the scheduler (or
+// a worker's claim) wrote it: a sentence for the kind, then the reason itself.
+func waitingWhy(j client.Job) string {
+	kind, _, _ := strings.Cut(j.WaitingReason, ":")
+	var what string
+	switch kind {
+	case "no_capacity":
+		what = "waits for GPU memory: no node that runs type " + j.Type + " has room for it now; " +
+			"it is placed as soon as jobs there end"
+	case "reserved":
+		what = "waits its turn: the node it would go to is held for an older job, ahead in line, " +
+			"so that job is not overtaken forever"
+	case "no_fresh_telemetry":
+		what = "waits for GPU telemetry: the nodes that run type " + j.Type + " have not reported their GPUs lately, " +
+			"so where it fits is not known; see orchctl gpus"
+	case "no_worker":
+		what = "waits for a worker: no live worker of type " + j.Type + " runs on a node with GPUs"
+	case "unsatisfiable":
+		what = "cannot be placed as the cluster is: no node that runs type " + j.Type + " could hold it even idle; " +
+			"cancel it, or add a node that can"
+	case "placement_expired":
+		what = "waits to be placed again: it was placed, but no worker of that node claimed it in time"
+	case "node_unknown", "telemetry_stale":
+		what = "waits for a place: the node of the worker that read it could not take it"
+	default:
+		return "waits for a place: " + j.WaitingReason
+	}
+	return what + " (" + j.WaitingReason + ")"
 }
 
 // gpuRequest says what j asks of the GPUs: "30000 MB on 2 GPUs, exclusive".

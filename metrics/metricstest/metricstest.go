@@ -26,6 +26,7 @@ import (
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/reclaimer"
+	"github.com/gpuorch/orchestrator/scheduler"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
@@ -40,6 +41,9 @@ type Bundle struct {
 	Leases    *leases.Manager
 	Metrics   *metrics.Registry
 	Admission *admission.Controller
+	// Scheduler is the leader's GPU scheduler over Engine, counted by Metrics (unfenced; not
+	// started: Populate runs one pass).
+	Scheduler *scheduler.Scheduler
 	// API is the API server over Engine, serving Metrics (without tokens: every request but
 	// /healthz, /readyz and /metrics is refused).
 	API *api.Server
@@ -59,8 +63,8 @@ func (l Leader) Term() int64 { return l.TermV }
 
 // New wires an orchestrator's metrics over fresh backends as cmd/orchestrator does: the
 // registry, the engine observed by its job metrics, the metrics of every package (the
-// scrape-time collectors, the reclaimer's), admission control and the API, which register
-// theirs. The process leads in term 1.
+// scrape-time collectors, the reclaimer's, the scheduler's), admission control and the API,
+// which register theirs. The process leads in term 1.
 func New(t testing.TB) *Bundle {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
@@ -80,8 +84,11 @@ func New(t testing.TB) *Bundle {
 	require.NoError(t, err)
 	counter, ok := st.(store.StatsReader)
 	require.True(t, ok, "the store counts leases")
+	sm := scheduler.NewMetrics(cfg.TypeNames())
+	sched := scheduler.New(eng, scheduler.ConfigFrom(cfg, scheduler.Config{Metrics: sm, Logger: log}))
 	for _, c := range []prometheus.Collector{
 		jobs,
+		sm,
 		engine.NewDLQDepthCollector(reg, sc),
 		reclaimer.NewMetrics(reclaimer.GroupsOf(cfg)...),
 		reclaimer.NewQueueCollector(reg, sc, cfg, st),
@@ -92,12 +99,14 @@ func New(t testing.TB) *Bundle {
 		require.NoError(t, reg.Register(c))
 	}
 	srv := api.New(api.Options{Engine: eng, Config: cfg, Store: st, Streams: sc, Leases: lm, Logger: log, Metrics: reg, Admission: ac})
-	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Leases: lm, Metrics: reg, Admission: ac, API: srv}
+	return &Bundle{Config: cfg, Store: st, Streams: sc, Engine: eng, Leases: lm, Metrics: reg, Admission: ac,
+		Scheduler: sched, API: srv}
 }
 
 // Populate gives every family a series: a node's GPUs (telemetry), a running pool with a
-// worker. Families whose series are per GPU or per pool are empty, and so not exported, until
-// such rows exist (the API's are per route, which api.New pre-creates).
+// worker, and a scheduler pass as the leader runs them. Families whose series are per GPU or
+// per pool are empty, and so not exported, until such rows exist (the API's are per route,
+// which api.New pre-creates); the scheduler's waiting jobs until the leader's first pass.
 func (b *Bundle) Populate(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
@@ -110,6 +119,8 @@ func (b *Bundle) Populate(t testing.TB) {
 		DesiredWorkers: 1, Status: store.PoolRunning, CreatedAt: now, UpdatedAt: now, StartedAt: now, StatusChangedAt: now}))
 	require.NoError(t, b.Store.WorkerUpsert(ctx, store.Worker{ID: "worker-a", PoolID: "pool-a", NodeID: "node-a",
 		Types: []string{"noop"}, Concurrency: 1, Status: store.WorkerIdle, RegisteredAt: now, LastHeartbeat: now}))
+	_, err := b.Scheduler.RunOnce(ctx)
+	require.NoError(t, err)
 }
 
 // Names gathers the registry and returns the names of the families it exports.
