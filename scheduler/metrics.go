@@ -10,7 +10,7 @@ import (
 // waitingReasons are the kinds of reason a pending GPU job waits for (engine.ScheduleResult's
 // Waiting keys), each series kept at 0 when none waits for it.
 var waitingReasons = []string{"no_capacity", "no_fresh_telemetry", "no_worker", "unsatisfiable", "reserved",
-	"node_unknown", "telemetry_stale"}
+	"node_unknown", "telemetry_stale", "placement_expired"}
 
 // Metrics are the scheduler's: placements by type, the GPU jobs its last pass left waiting by
 // reason (set by the leader only), and failed passes.
@@ -43,11 +43,25 @@ func (m *Metrics) observe(res engine.ScheduleResult) {
 	if m == nil {
 		return
 	}
-	for _, p := range res.Placed {
-		m.placements.WithLabelValues(p.Type).Inc()
-	}
+	m.placed(res.Placed)
 	for _, r := range waitingReasons {
 		m.waiting.WithLabelValues(r).Set(float64(res.Waiting[r]))
+	}
+}
+
+func (m *Metrics) placed(ps []engine.Placement) {
+	if m == nil {
+		return
+	}
+	for _, p := range ps {
+		m.placements.WithLabelValues(p.Type).Inc()
+	}
+}
+
+// clear drops the waiting-jobs series: only a running scheduler keeps them true.
+func (m *Metrics) clear() {
+	if m != nil {
+		m.waiting.Reset()
 	}
 }
 

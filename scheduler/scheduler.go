@@ -83,6 +83,13 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}, startstop.Pass(s.RunOnce))
 }
 
+// Stop stops the loop; the waiting-jobs gauge is the leader's, and this instance no longer
+// runs passes to keep it true, so its series go.
+func (s *Scheduler) Stop() {
+	s.Base.Stop()
+	s.cfg.Metrics.clear()
+}
+
 // RunOnce runs passes until one places nothing or sees less than a full batch, and returns
 // what they did together. A fenced pass stops at once: this instance no longer leads.
 func (s *Scheduler) RunOnce(ctx context.Context) (engine.ScheduleResult, error) {
@@ -97,6 +104,8 @@ func (s *Scheduler) RunOnce(ctx context.Context) (engine.ScheduleResult, error) 
 			if errors.Is(err, store.ErrFenced) {
 				s.held = engine.Hold{}
 			}
+			// Placements a failed publish followed were committed: they count.
+			s.cfg.Metrics.placed(total.Placed)
 			return total, err
 		}
 		s.note(res)

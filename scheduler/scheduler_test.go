@@ -122,6 +122,21 @@ func TestRunOnceCounts(t *testing.T) {
 	require.NoError(t, err)
 	fams = metricstest.Gather(t, reg)
 	require.Zero(t, waiting("reserved"))
+
+	// A publish that fails after the commit: the placements were made, and count.
+	eng.then(pass{res: engine.ScheduleResult{Placed: placed("train", "j5")}, err: errors.New("publish placed jobs: redis down")})
+	_, err = s.RunOnce(t.Context())
+	require.Error(t, err)
+	fams = metricstest.Gather(t, reg)
+	require.Equal(t, 2.0, metricstest.Value(t, fams, "gpu_orchestrator_scheduler_placements_total", map[string]string{"type": "train"}))
+
+	// A stopped scheduler (leadership lost) no longer keeps the waiting gauge: its series go.
+	eng.then(pass{res: engine.ScheduleResult{Waiting: map[string]int{"no_capacity": 1}}})
+	_, err = s.RunOnce(t.Context())
+	require.NoError(t, err)
+	s.Stop()
+	fams = metricstest.Gather(t, reg)
+	require.NotContains(t, fams, "gpu_orchestrator_scheduler_waiting_jobs")
 }
 
 // maxRounds is scheduler.maxRounds: the passes one RunOnce runs back to back at most.
