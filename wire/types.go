@@ -143,9 +143,9 @@ type Job struct {
 	// them alone; GPUMemoryMB is needed on each.
 	GPUs         int  `json:"gpus,omitempty"`
 	GPUExclusive bool `json:"gpu_exclusive,omitempty"`
-	// WaitingReason is why a pending job was last refused a place, as "<code>: <message>"
-	// ("no_capacity: no GPU of node \"n1\" has 30000 MB free ..."); absent when none, and once
-	// the job is no longer pending.
+	// WaitingReason is why a pending GPU job was last refused a place, as "<code>: <message>"
+	// ("no_capacity: needs 30000 MB on 1 GPU(s) of one node; the most free is 20557 MB on
+	// vm/0"); absent when none, and once the job is no longer pending.
 	WaitingReason string `json:"waiting_reason,omitempty"`
 	// PlacedNode is the node the scheduler placed a pending GPU job on: its GPUs are reserved
 	// there and it waits for a worker of that node to claim it. Absent when the job is not
