@@ -1,19 +1,25 @@
 package e2e
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
@@ -447,4 +453,168 @@ func TestScheduleReleaseToStart(t *testing.T) {
 		quantile(toStart, 0.5).Round(time.Millisecond), toStart[len(toStart)-1].Round(time.Millisecond))
 	require.Less(t, p99, time.Second, "p99 of release to start; all gaps: %v", gaps)
 	require.Less(t, largest, 2*time.Second, "the largest gap from release to start; all gaps: %v", gaps)
+}
+
+// heldAt returns when p's scheduler logged that it held a node for job, and the node.
+func heldAt(t *testing.T, p *proc, job string) (time.Time, string, bool) {
+	t.Helper()
+	b, err := os.ReadFile(p.log)
+	require.NoError(t, err)
+	for line := range bytes.Lines(b) {
+		var entry struct {
+			Time  time.Time `json:"time"`
+			Msg   string    `json:"msg"`
+			JobID string    `json:"job_id"`
+			Node  string    `json:"node_id"`
+		}
+		if json.Unmarshal(line, &entry) == nil && entry.Msg == "node held for a blocked gpu job" && entry.JobID == job {
+			return entry.Time, entry.Node, true
+		}
+	}
+	return time.Time{}, "", false
+}
+
+// TestScheduleNoStarvation: a node with one GPU runs a steady stream of small GPU jobs (4,000
+// MB, 300 ms: six at a time, three more always waiting), and a job that needs most of the GPU
+// (20,000 MB) or all of it (exclusive) arrives behind some of them. The GPU never empties: as
+// each small job ends, the next takes its room, so without a hold the big job would wait as
+// long as the stream lasts. With scheduler.reserve_after at 1 s, the scheduler holds the node
+// for it once it has waited that long at the head of the line: no job behind it is placed
+// there any more, the small jobs on it end, and it starts. It starts within reserve_after plus
+// the longest run of the jobs that held the node when the hold began, plus a second for the
+// placement (what TestScheduleReleaseToStart bounds); the stream goes on until it does.
+func TestScheduleNoStarvation(t *testing.T) {
+	t.Parallel()
+	t.Run("large", func(t *testing.T) {
+		t.Parallel()
+		testNoStarvation(t, client.Resources{GPUMemoryMB: 20000})
+	})
+	t.Run("exclusive", func(t *testing.T) {
+		t.Parallel()
+		if os.Getenv("ORCH_E2E_KNOWN_BUGS") == "" {
+			// leases.Cluster.Choose denies an exclusive request on a node whose every GPU has a
+			// lease as no_fresh_telemetry ("... (0 have none fresh)"): mostFree skips every
+			// GPU with a lease, and no GPU left means no fresh telemetry to it. The hold is only
+			// for no_capacity, so the job waits until the GPU happens to empty.
+			t.Skip("known scheduler bug: an exclusive job behind shared leases is denied as no_fresh_telemetry " +
+				"and never gets a hold; ORCH_E2E_KNOWN_BUGS=1 runs this")
+		}
+		testNoStarvation(t, client.Resources{Exclusive: true})
+	})
+}
+
+// testNoStarvation is TestScheduleNoStarvation for a big job of res.
+func testNoStarvation(t *testing.T, res client.Resources) {
+	const (
+		reserveAfter = time.Second
+		placement    = time.Second
+		open         = 9 // small jobs submitted and not done: six run, three wait
+	)
+	c := newGPUClusterWith(t, noAdmission+fmt.Sprintf("scheduler:\n  reserve_after: %s\n", reserveAfter))
+	orch := c.startOrchestrator("orchestrator")
+	c.startSimNode("worker-stream", "stream-node", "24576", 8, "gpu_sleep")
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var (
+		produced atomic.Int64
+		wg       sync.WaitGroup
+		failure  = make(chan error, 1)
+	)
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			var n int
+			err := c.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orchestrator_jobs WHERE job_id LIKE 'stream-%'
+				AND status NOT IN ('done', 'dead_letter', 'cancelled')`).Scan(&n)
+			for ; err == nil && n < open; n++ {
+				_, err = c.api.Submit(ctx, client.SubmitRequest{JobID: fmt.Sprintf("stream-%04d", produced.Add(1)),
+					Type: "gpu_sleep", Agent: "e2e", Payload: []byte(`{"ms": 300}`), Resources: &client.Resources{GPUMemoryMB: 4000}})
+			}
+			if err != nil && ctx.Err() == nil {
+				failure <- err
+				return
+			}
+			select { // the producer's pace, not synchronisation
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	stopStream := func() {
+		stop()
+		wg.Wait()
+		select {
+		case err := <-failure:
+			require.NoError(t, err, "the stream's producer")
+		default:
+		}
+	}
+	defer stopStream()
+	// The stream is flowing: a dozen small jobs are done.
+	require.Eventually(t, func() bool { return c.statusCounts()["done"] >= 12 }, time.Minute, 50*time.Millisecond,
+		"the stream never got going")
+
+	_, err := c.api.Submit(context.Background(), client.SubmitRequest{JobID: "big", Type: "gpu_sleep", Agent: "e2e",
+		Payload: []byte(`{"ms": 300}`), Resources: &res})
+	require.NoError(t, err)
+	// Far more than the bound (a few seconds), far less than the stream would take to end by
+	// itself (never).
+	var reason string // the big job's waiting reason, last seen
+	started := assert.Eventually(t, func() bool {
+		j, err := c.api.GetJob(context.Background(), "big")
+		if err == nil && j.WaitingReason != "" {
+			reason = j.WaitingReason
+		}
+		return err == nil && j.StartedAt != nil
+	}, 30*time.Second, 50*time.Millisecond)
+	require.True(t, started, "the big job never started; its waiting reason: %q", reason)
+	stopStream()
+	t.Logf("the big job started; its last waiting reason: %q", reason)
+	c.waitJob("big", time.Minute, func(j client.Job) bool { return j.Status == "done" })
+
+	ls := c.requireNoOverCommit()
+	whole := c.jobRows("big")["big"]
+	wholeLease := releasedLease(t, ls, "big")
+	stream := c.jobRows("stream-")
+	held, node, ok := heldAt(t, orch, "big")
+	require.True(t, ok, "the scheduler never held a node for the big job")
+	require.Equal(t, "stream-node", node)
+	require.False(t, held.Before(whole.AvailableAt.Add(reserveAfter)), "held at %s, before it waited %s (available at %s)",
+		held, reserveAfter, whole.AvailableAt)
+
+	var (
+		overtook, waited int           // small jobs behind it placed before it; small jobs held back
+		longest          time.Duration // the longest run of the small jobs on the node when the hold began
+	)
+	for _, l := range ls {
+		j, ok := stream[l.JobID]
+		if !ok {
+			continue
+		}
+		behind := j.CreatedAt.After(whole.CreatedAt)
+		switch {
+		case l.FirstAudit < wholeLease.FirstAudit && behind:
+			overtook++
+			// After the hold, nothing behind it was placed on its node: the pass that held it
+			// logged the hold after its commit, and the next pass reads its clock after that.
+			require.False(t, l.CreatedAt.After(held), "small job %s, behind it in line, placed at %s after the hold at %s",
+				j.ID, l.CreatedAt, held)
+		case l.FirstAudit > wholeLease.FirstAudit && j.CreatedAt.Before(wholeLease.CreatedAt):
+			waited++
+		}
+		if !l.CreatedAt.After(held) && l.EndedAt.After(held) {
+			longest = max(longest, l.EndedAt.Sub(l.CreatedAt))
+		}
+	}
+	took := whole.StartedAt.Sub(whole.AvailableAt)
+	bound := reserveAfter + longest + placement
+	t.Logf("%d small jobs submitted; the big job waited %s to start (the hold began %s after it was available, "+
+		"and it started %s after the hold); bound %s = reserve_after %s + the longest run holding the node then %s + %s",
+		produced.Load(), took.Round(time.Millisecond), held.Sub(whole.AvailableAt).Round(time.Millisecond),
+		whole.StartedAt.Sub(held).Round(time.Millisecond), bound.Round(time.Millisecond), reserveAfter,
+		longest.Round(time.Millisecond), placement)
+	t.Logf("%d small jobs behind it were placed before the hold, %d submitted before it was placed waited for it", overtook, waited)
+	require.Positive(t, overtook, "no small job overtook the big job: the test proves nothing about the hold")
+	require.Positive(t, waited, "the stream had dried up when the big job was placed")
+	require.LessOrEqual(t, took, bound)
 }
