@@ -618,3 +618,58 @@ func testNoStarvation(t *testing.T, res client.Resources) {
 	require.Positive(t, waited, "the stream had dried up when the big job was placed")
 	require.LessOrEqual(t, took, bound)
 }
+
+// TestScheduleFailover: two orchestrators share MariaDB and Redis; one leads and runs the
+// scheduler. Sixteen GPU jobs queue for the two GPUs of one node (one job a GPU at a time);
+// the leader is killed with SIGKILL while most of them wait. The other instance takes the lead
+// and its scheduler places the rest: every job ends done, with exactly one running → done
+// audit row each, and the lease rows replayed never over-commit a GPU.
+func TestScheduleFailover(t *testing.T) {
+	t.Parallel()
+	// A claim whose answer died with the killed instance comes back within seconds.
+	c := newGPUClusterWith(t, noAdmission+"claim_idle: 2s\nreclaim_interval: 500ms\n")
+	insts := []*instance{c.newInstance("orchestrator-a", c.addr), c.newInstance("orchestrator-b", freeAddr(t))}
+	for _, o := range insts {
+		c.startInstance(o)
+		o.waitReady(t, time.Minute)
+	}
+	lb := newFailover(t, insts...)
+	c.api = client.New(lb.url, c.adminToken)
+	c.startSimNode("worker-failover", "failover-node", "2x24576", 4, "gpu_sleep", "ORCH_API_URL="+lb.url)
+	leader, st := c.waitLeader(insts, 0, 30*time.Second)
+	term := st.Leader.Term
+
+	const jobs = 16
+	reqs := make([]client.SubmitRequest, jobs)
+	for i := range reqs {
+		reqs[i] = client.SubmitRequest{JobID: fmt.Sprintf("failover-%02d", i), Type: "gpu_sleep", Agent: "e2e",
+			Payload: []byte(`{"ms": 600}`)}
+	}
+	resp, err := c.api.SubmitBatch(context.Background(), client.SubmitBatchRequest{Jobs: reqs})
+	require.NoError(t, err)
+	require.Equal(t, jobs, resp.Created, "%+v", resp.Results)
+	require.Eventually(t, func() bool { return c.statusCounts()["done"] >= 2 }, time.Minute, 20*time.Millisecond,
+		"no job ended under the first leader")
+	waiting := c.statusCounts()["pending"]
+	require.GreaterOrEqual(t, waiting, jobs/2, "jobs wait for room when the leader dies: %v", c.statusCounts())
+
+	leader.proc.kill()
+	next, st := c.waitLeader([]*instance{other(insts, leader)}, term, time.Minute)
+	t.Logf("%s killed with %d jobs pending; %s leads in term %d", leader.name, waiting, next.name, st.Leader.Term)
+	c.waitStatus("done", jobs, 2*time.Minute)
+
+	done := c.doneAuditCounts()
+	require.Len(t, done, jobs)
+	for id, n := range done {
+		require.Equal(t, 1, n, "job %s done %d times", id, n)
+	}
+	c.requireNoOverCommit()
+	var afterward int
+	for _, at := range c.placedAt() {
+		if !at.Before(st.Leader.Since) {
+			afterward++
+		}
+	}
+	t.Logf("the new leader's scheduler placed %d jobs", afterward)
+	require.Positive(t, afterward, "the new leader placed no job")
+}
