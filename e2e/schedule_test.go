@@ -38,15 +38,16 @@ const noAdmission = "admission:\n  disabled: true\n"
 // greedily in arrival order (best fit, backfilling whatever fits), so the big two-GPU jobs,
 // which need two GPUs of one node nearly empty at once, are passed over early and run one
 // after another at the end. Over a dozen runs on a 2-core machine the test measured 1.21 to
-// 1.27, 1.24 with the machine kept busy. The shortfall is the policy's, not placement
-// latency's (a few tens of milliseconds a job): the same policy simulated with no latency
-// gives 1.24, and a better order of the same jobs, found by search, 1.09, so the bound is not
-// what stands in the way. Holding nodes sooner made it worse (scheduler.reserve_after 5 s:
-// 1.29; 2 s: 1.35). packingRatioMax guards what the scheduler does now against a regression;
-// whether the goal was met is logged.
+// 1.27, and up to 1.32 with the machine kept busy (ORCH_TEST_BUSY=2): a few milliseconds more
+// or less on a release change which job the greedy pass picks. The shortfall is the policy's,
+// not placement latency's (a few tens of milliseconds a job): the same policy simulated with
+// no latency gives 1.24, and a better order of the same jobs, found by search, 1.09, so the
+// bound is not what stands in the way. Holding nodes sooner made it worse (reserve_after 5 s:
+// 1.29; 2 s: 1.35). packingRatioMax guards what the scheduler does now against a regression
+// (one job a GPU, at best, would take 1.6); whether the goal was met is logged.
 const (
 	packingRatioGoal = 1.2
-	packingRatioMax  = 1.35
+	packingRatioMax  = 1.4
 )
 
 // safetyMarginMB is leases.safety_margin_mb, left at its default by the test clusters.
