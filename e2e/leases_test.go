@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/telemetry"
 )
 
 // shortLeases makes leases expire three seconds after their holder goes quiet, and the purger
@@ -36,7 +37,14 @@ telemetry:
 // process got).
 func newGPUCluster(t *testing.T) *cluster {
 	t.Helper()
-	c := newCluster(t, shortLeases)
+	return newGPUClusterWith(t, "")
+}
+
+// newGPUClusterWith is newGPUCluster with extraConfig appended to its YAML (top-level keys
+// that shortLeases does not set).
+func newGPUClusterWith(t *testing.T, extraConfig string) *cluster {
+	t.Helper()
+	c := newCluster(t, shortLeases+extraConfig)
 	cfg := strings.Replace(baseConfig, "job_types:\n", `job_types:
   gpu_sleep:
     handler: sleep
@@ -48,7 +56,7 @@ func newGPUCluster(t *testing.T) *cluster {
     gpu_memory_mb: 1000
 `, 1)
 	cfg = strings.Replace(cfg, "  commands:\n", "  commands:\n    env:\n      argv: [\"env\"]\n", 1)
-	require.NoError(t, os.WriteFile(filepath.Join(c.dir, "config.yaml"), []byte(cfg+shortLeases), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(c.dir, "config.yaml"), []byte(cfg+shortLeases+extraConfig), 0o600))
 	return c
 }
 
@@ -63,8 +71,19 @@ func (c *cluster) startGPUWorker(name, node string) *proc {
 // with gpus simulated 24 GiB GPUs, and waits until the node's fresh telemetry lists them all.
 func (c *cluster) startGPUNode(name, node string, gpus, concurrency int, types string) *proc {
 	c.t.Helper()
-	p := c.startWorker(name, "ORCH_NODE_ID="+node, fmt.Sprintf("ORCH_SIM_GPUS=%dx24576", gpus),
-		fmt.Sprintf("ORCH_WORKER_CONCURRENCY=%d", concurrency), "ORCH_WORKER_TYPES="+types)
+	return c.startSimNode(name, node, fmt.Sprintf("%dx24576", gpus), concurrency, types)
+}
+
+// startSimNode starts worker name, of types (comma-separated) with concurrency slots, on node
+// with the simulated GPUs of spec (ORCH_SIM_GPUS: "2x81559", "24576,81920"), and waits until
+// the node's fresh telemetry lists them all. extraEnv goes to the worker's environment.
+func (c *cluster) startSimNode(name, node, spec string, concurrency int, types string, extraEnv ...string) *proc {
+	c.t.Helper()
+	sizes, err := telemetry.ParseSimGPUs(spec)
+	require.NoError(c.t, err)
+	gpus := len(sizes)
+	p := c.startWorker(name, append([]string{"ORCH_NODE_ID=" + node, "ORCH_SIM_GPUS=" + spec,
+		fmt.Sprintf("ORCH_WORKER_CONCURRENCY=%d", concurrency), "ORCH_WORKER_TYPES=" + types}, extraEnv...)...)
 	require.Eventually(c.t, func() bool {
 		list, err := c.api.ListGPUs(context.Background(), node)
 		if err != nil || len(list.GPUs) != gpus {
