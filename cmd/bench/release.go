@@ -33,10 +33,10 @@ const (
 )
 
 // gpuTypesConfig is the job types of the GPU scenarios, in the bench's own stack's config:
-// sleep jobs of gpuJobMB.
+// both sleep jobs of gpuJobMB, each scenario on its own type (and its own placement series).
 func gpuTypesConfig() string {
 	var s string
-	for _, typ := range []string{releaseType} {
+	for _, typ := range []string{releaseType, scheduleType} {
 		s += fmt.Sprintf("  %s:\n    handler: sleep\n    gpu_memory_mb: %d\n", typ, gpuJobMB)
 	}
 	return s
