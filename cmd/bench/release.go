@@ -49,9 +49,10 @@ type ReleaseResult struct {
 	GPUs  int         `json:"gpus"`
 	GapMS Percentiles `json:"gap_ms"`
 	// ToPlacedMS and PlacedToStartMS split each gap at the next job's placement (its job.placed
-	// audit row): the scheduler's share, release → placed, and the rest, placed → start (the
-	// node stream, the worker's claim and its start report). Empty when the jobs were not
-	// placed by the scheduler (scheduler.disabled).
+	// audit row, stamped with the time its pass began): release → the pass that placed it, and
+	// placed → start (the rest of that pass, its commit, the node stream, the worker's claim
+	// and its start report). Empty when the jobs were not placed by the scheduler
+	// (scheduler.disabled).
 	ToPlacedMS      *Percentiles `json:"to_placed_ms,omitempty"`
 	PlacedToStartMS *Percentiles `json:"placed_to_start_ms,omitempty"`
 	// PlacedEarly counts the placements stamped before the release that made their room (they

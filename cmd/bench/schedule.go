@@ -50,7 +50,8 @@ type PlacementResult struct {
 	CeilingPerSec  float64 `json:"ceiling_per_sec"`
 	Efficiency     float64 `json:"efficiency"`
 	// SubmitToPlacedMS is each job's created_at → its first placement, and PlacedToStartMS
-	// the placement it ran under → its started_at.
+	// the placement it ran under → its started_at (a placement is stamped with the time its
+	// pass began: the rest of the pass falls in PlacedToStartMS).
 	SubmitToPlacedMS Percentiles `json:"submit_to_placed_ms"`
 	PlacedToStartMS  Percentiles `json:"placed_to_start_ms"`
 }
