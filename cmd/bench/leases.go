@@ -19,6 +19,8 @@ const (
 	// benchSimGPUs are the simulated GPUs of the orchestrator's node in the bench's own stack
 	// (ORCH_SIM_GPUS): two of 24 GiB.
 	benchSimGPUs = "2x24576"
+	// benchSimGPUCount is how many GPUs benchSimGPUs has.
+	benchSimGPUCount = 2
 	// leaseMemoryMB is the memory of each gpu lease: 23 fit on one simulated GPU beside the
 	// safety margin, many more than are in flight at -lease-rate 200, so that a grant measures
 	// the placement, not a full node.
@@ -192,7 +194,7 @@ func (r *runner) leases(ctx context.Context) *ScenarioResult {
 func (lr *leaseRun) setUp(ctx context.Context) {
 	r := lr.r
 	if node := r.st.info.GPUNode; node != "" {
-		if err := lr.waitGPUs(ctx, node); err != nil {
+		if err := r.st.waitGPUs(ctx, node); err != nil {
 			lr.res.Notes = append(lr.res.Notes, err.Error())
 		}
 	}
@@ -207,38 +209,6 @@ func (lr *leaseRun) setUp(ctx context.Context) {
 			lr.gpus = &LeaseGPUCheck{NodeID: g.NodeID}
 		}
 		lr.modes = append(lr.modes, m)
-	}
-}
-
-// waitGPUs polls GET /gpus until node has a GPU with fresh telemetry.
-func (lr *leaseRun) waitGPUs(ctx context.Context, node string) error {
-	ctx, cancel := context.WithTimeout(ctx, gpuWait)
-	defer cancel()
-	t0 := time.Now()
-	for {
-		var last string // why the node is not ready yet, set by every case below
-		gl, err := lr.r.st.api.ListGPUs(ctx, node)
-		switch {
-		case err != nil:
-			last = err.Error()
-		case len(gl.GPUs) == 0:
-			last = "no GPU reported yet"
-		default:
-			for _, g := range gl.GPUs {
-				if g.Fresh && !g.Lost {
-					if d := time.Since(t0); d > time.Second {
-						progress("leases: node %s reported its GPUs after %.1fs", node, d.Seconds())
-					}
-					return nil
-				}
-			}
-			last = "no GPU with fresh telemetry"
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("node %s: %s after %s", node, last, gpuWait)
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }
 

@@ -17,6 +17,10 @@
 //	admission  closed-loop submits for -duration with the workers stopped, in slices under
 //	           three policies of the bench's agent (as configured, a Redis call per token, no
 //	           token bucket); what admission control costs a submit
+//	release    (not run by default) GPU jobs that cannot share a GPU queued on the simulated
+//	           node: the time from a release to the next start on each GPU
+//	schedule   (not run by default) a backlog of such jobs on two simulated nodes: placements
+//	           per second, submit → start, release → next start
 //	backlog    (not run by default; always last) with the workers stopped, probe the submit
 //	           rate and the orchestrator's memory at an empty queue, at 10,000 pending jobs and
 //	           at -backlog (filled with POST /jobs/submit_batch); its jobs are never run
@@ -299,6 +303,8 @@ func summaryLine(name string, res *ScenarioResult) string {
 		return leasesLine(res)
 	case "release":
 		return releaseLine(res)
+	case "schedule":
+		return scheduleLine(res)
 	case "admission":
 		return admissionLine(res)
 	}

@@ -121,8 +121,10 @@ type ScenarioResult struct {
 	// GET /gpus showed of the gpu leases' node.
 	LeaseModes []LeaseMode    `json:"lease_modes,omitempty"`
 	LeaseGPUs  *LeaseGPUCheck `json:"lease_gpus,omitempty"`
-	// Release is the release scenario's release → next start figures.
+	// Release is the release → next start figures of the GPU scenarios (release, schedule).
 	Release *ReleaseResult `json:"release,omitempty"`
+	// Schedule is the schedule scenario's placement figures.
+	Schedule *PlacementResult `json:"schedule,omitempty"`
 	// ServerMS is the orchestrator's own time of the scenario's requests by kind, from its
 	// request-duration histogram: "grant" and "release" in the leases scenario; "submit",
 	// "claim" and "complete" (the workers' calls) in streaming and latency, the workers'

@@ -17,9 +17,10 @@ import (
 var scenarioNames = []string{"burndown", "streaming", "latency", "leases", "admission"}
 
 // extraScenarios run only when -scenarios names them: release (GPU jobs queued on the simulated
-// node: the time from a release to the next start) and backlog, which takes minutes (a million
-// jobs by default) and leaves its jobs unrun, so it always runs last.
-var extraScenarios = []string{"release", "backlog"}
+// node: the time from a release to the next start), schedule (a backlog of GPU jobs placed on
+// two simulated nodes by the scheduler) and backlog, which takes minutes (a million jobs by
+// default) and leaves its jobs unrun, so it always runs last.
+var extraScenarios = []string{"release", "schedule", "backlog"}
 
 // The bench counts finished jobs in the database every pollInterval once the end is near, and
 // less often before: a count reads the index entries of every finished job of the type
@@ -74,6 +75,8 @@ func (r *runner) run(ctx context.Context, name string) *ScenarioResult {
 		res = r.leases(sctx)
 	case "release":
 		res = r.release(sctx, ids)
+	case "schedule":
+		res = r.schedule(sctx, ids)
 	case "admission":
 		res = r.admission(sctx, ids)
 	case "backlog":

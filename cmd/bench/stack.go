@@ -259,7 +259,7 @@ func stackConfig(o *options, parked bool) string {
 		types += fmt.Sprintf("  %s:\n    handler: noop\n", parkedType)
 	}
 	if parked {
-		types += releaseConfig()
+		types += gpuTypesConfig()
 	}
 	return fmt.Sprintf("%sworker:\n  concurrency: %d\n"+
 		"admission:\n  default_policy:\n    rate_per_sec: %d\n    burst: %d\n",
@@ -339,24 +339,63 @@ func (s *stack) startWorkers(ctx context.Context) error {
 	return nil
 }
 
-// startGPUWorker starts a worker of the release scenario's GPU type on the orchestrator's
-// simulated node, with room to read several jobs at once, and waits until it has started.
-func (s *stack) startGPUWorker(ctx context.Context) (*process, error) {
-	s.generation++
-	id := fmt.Sprintf("bench-gpu-%d", s.generation)
-	p, err := startProcess(s.dir, id, s.workerBin, slices.Concat(s.workerEnv, []string{"ORCH_WORKER_ID=" + id,
-		"ORCH_NODE_ID=" + s.info.GPUNode, "ORCH_SIM_GPUS=" + benchSimGPUs, "ORCH_NVML_DISABLE=1"}),
-		"-types", releaseType, "-concurrency", "8")
-	if err != nil {
-		return nil, err
+// startGPUWorkers starts a worker of the GPU job type typ on each of nodes, each node with the
+// simulated GPUs benchSimGPUs and each worker with room to read several jobs at once, and
+// waits until they have started. It returns the workers it started, also on an error: the
+// caller stops them.
+func (s *stack) startGPUWorkers(ctx context.Context, typ string, nodes []string) ([]*process, error) {
+	var ps []*process
+	for _, node := range nodes {
+		s.generation++
+		id := fmt.Sprintf("bench-gpu-%d", s.generation)
+		p, err := startProcess(s.dir, id, s.workerBin, slices.Concat(s.workerEnv, []string{"ORCH_WORKER_ID=" + id,
+			"ORCH_NODE_ID=" + node, "ORCH_SIM_GPUS=" + benchSimGPUs, "ORCH_NVML_DISABLE=1"}),
+			"-types", typ, "-concurrency", strconv.Itoa(gpuWorkerConcurrency))
+		if err != nil {
+			return ps, err
+		}
+		ps = append(ps, p)
 	}
 	ctx, cancel := context.WithTimeout(ctx, workerWait)
 	defer cancel()
-	if err := p.waitLog(ctx, `"worker started"`); err != nil {
-		_ = p.stop(stopGrace)
-		return nil, fmt.Errorf("start the GPU worker: %w", err)
+	for _, p := range ps {
+		if err := p.waitLog(ctx, `"worker started"`); err != nil {
+			return ps, fmt.Errorf("start the GPU worker %s: %w", p.name, err)
+		}
 	}
-	return p, nil
+	return ps, nil
+}
+
+// waitGPUs polls GET /gpus until node has a GPU with fresh telemetry, up to gpuWait.
+func (s *stack) waitGPUs(ctx context.Context, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, gpuWait)
+	defer cancel()
+	t0 := time.Now()
+	for {
+		var last string // why the node is not ready yet, set by every case below
+		gl, err := s.api.ListGPUs(ctx, node)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case len(gl.GPUs) == 0:
+			last = "no GPU reported yet"
+		default:
+			for _, g := range gl.GPUs {
+				if g.Fresh && !g.Lost {
+					if d := time.Since(t0); d > time.Second {
+						progress("node %s reported its GPUs after %.1fs", node, d.Seconds())
+					}
+					return nil
+				}
+			}
+			last = "no GPU with fresh telemetry"
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s: %s after %s", node, last, gpuWait)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // stopWorkers drains every worker (SIGTERM) in parallel and waits for them to exit.
