@@ -186,6 +186,12 @@ func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job,
 			res.Requeued++
 		case j.Status == store.JobPending:
 			due = append(due, j)
+		case j.GPUMemoryMB > 0 && !e.cfg.Scheduler.Disabled:
+			// A scheduled GPU job's entry is in its node's stream, which the row does not
+			// name once claimed: no entry is published for it. Its lease covers a lost
+			// worker (the purger), and a second entry in the type's stream would only be
+			// refused.
+			res.Present++
 		default:
 			// Claimed or running: an entry lets the reclaimer settle the job should its worker
 			// be gone, but no mark: the row may fail back to pending before a mark lands, and

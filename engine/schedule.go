@@ -211,6 +211,9 @@ func (s *schedulePass) run(ctx context.Context, tx store.Tx, waiting []store.Job
 	if s.cluster, err = s.e.leases.LockCluster(ctx, tx, s.now); err != nil {
 		return err
 	}
+	// The placements' time is after the locks: a release that committed while the pass
+	// waited for them, whose room it places on, is then before it, as the audit trail says.
+	s.now = s.e.nowUTC()
 	s.why = map[string][]string{}
 	for _, w := range waiting {
 		j := byID[w.ID]

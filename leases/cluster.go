@@ -87,7 +87,9 @@ func (c *Cluster) Choose(r Request, eligible []string, policy Policy) (string, e
 				stale++
 				continue
 			}
-			if free, at := n.mostFree(r); free > mostFree {
+			// The most free on any fresh GPU, shared ones too: an exclusive request that
+			// waits for its GPUs to empty has no room now, it is not short of telemetry.
+			if free, at := n.mostFree(Request{MemoryMB: r.MemoryMB}); free > mostFree {
 				mostFree, mostFreeOn, mostFreeAt = free, id, at
 			}
 			continue
@@ -108,7 +110,7 @@ func (c *Cluster) Choose(r Request, eligible []string, policy Policy) (string, e
 	if r.Exclusive {
 		kind = "unshared GPU"
 	}
-	if mostFreeOn == "" {
+	if mostFreeOn == "" { // every candidate node is stale or unknown, or has no usable GPU
 		return "", deny(ReasonNoFreshTelemetry, "",
 			"no node that runs the job's type reports fresh telemetry of a usable GPU (%d have none fresh)", stale)
 	}
@@ -139,7 +141,7 @@ func (c *Cluster) Hold(r Request, eligible []string) string {
 			unsatisfiable(map[string][]int64{id: n.grantable()}, r, c.margin) != "" {
 			continue
 		}
-		if free, _ := n.mostFree(r); free > bestFree {
+		if free, _ := n.mostFree(Request{MemoryMB: r.MemoryMB}); free > bestFree { // shared GPUs too
 			best, bestFree = id, free
 		}
 	}

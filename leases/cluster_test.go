@@ -74,6 +74,18 @@ func TestClusterChoose(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, ReasonNoFreshTelemetry, d.Reason, "c is stale and e reports no GPU")
 	})
+	t.Run("ExclusiveBehindSharedLeasesHasNoRoom", func(t *testing.T) {
+		t.Parallel()
+		shared := gpu(0, 81920, 0, 20000, now)
+		shared.Leases = 2
+		c := cluster(now, cfg, map[string][]store.GPUCapacity{"d": {shared}})
+		_, err := c.Choose(Request{MemoryMB: 1000, Exclusive: true}, []string{"d"}, PolicyBestFit)
+		d, ok := IsDenial(err)
+		require.True(t, ok)
+		require.Equal(t, ReasonNoCapacity, d.Reason, "d's GPU is fresh, only shared: %s", d.Message)
+		require.Contains(t, d.Message, "unshared GPU")
+		require.Equal(t, "d", c.Hold(Request{MemoryMB: 1000, Exclusive: true}, []string{"d"}), "held until its leases end")
+	})
 	t.Run("ChosenThenPrepared", func(t *testing.T) {
 		t.Parallel()
 		c := build()
