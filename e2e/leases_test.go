@@ -404,8 +404,8 @@ func TestLeaseFreedRoomUsedAtOnce(t *testing.T) {
 }
 
 // TestLeasePriorityFirst: with the node's one GPU held, twenty GPU jobs of priority 0 and then
-// one of priority 9 all wait in the worker for room; when the room frees, the priority-9 job
-// starts first.
+// one of priority 9 all wait for the scheduler to find room; when the room frees, the
+// priority-9 job starts first.
 func TestLeasePriorityFirst(t *testing.T) {
 	t.Parallel()
 	c := newGPUCluster(t)
