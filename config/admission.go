@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 )
 
@@ -81,12 +80,8 @@ type AdmissionPolicy struct {
 }
 
 func (c *Config) applyAdmissionEnv(getenv func(string) string) error {
-	if v := getenv("ORCH_ADMISSION_DISABLED"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("config: ORCH_ADMISSION_DISABLED=%q: want true or false (1 or 0)", v)
-		}
-		c.Admission.Disabled = b
+	if err := boolEnv(getenv, "ORCH_ADMISSION_DISABLED", &c.Admission.Disabled); err != nil {
+		return err
 	}
 	return nil
 }

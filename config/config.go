@@ -342,19 +342,11 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	str("ORCH_NVML_LIBRARY", &c.Telemetry.NVMLLibrary)
 	str("ORCH_POOLS_PROVISIONER", &c.Pools.Provisioner)
 	str("ORCH_WORKER_BINARY", &c.Pools.WorkerBinary)
-	if v := getenv("ORCH_NVML_DISABLE"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("config: ORCH_NVML_DISABLE=%q: want true or false (1 or 0)", v)
-		}
-		c.Telemetry.NVMLDisable = b
+	if err := boolEnv(getenv, "ORCH_NVML_DISABLE", &c.Telemetry.NVMLDisable); err != nil {
+		return err
 	}
-	if v := getenv("ORCH_SCHEDULER_DISABLE"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("config: ORCH_SCHEDULER_DISABLE=%q: want true or false (1 or 0)", v)
-		}
-		c.Scheduler.Disabled = b
+	if err := boolEnv(getenv, "ORCH_SCHEDULER_DISABLE", &c.Scheduler.Disabled); err != nil {
+		return err
 	}
 	if err := c.applyAdmissionEnv(getenv); err != nil {
 		return err
@@ -498,5 +490,19 @@ func (c *Config) TypeOfStream(stream string) *JobType {
 			return t
 		}
 	}
+	return nil
+}
+
+// boolEnv sets *dst from the environment variable key when it is set: true or false (1 or 0).
+func boolEnv(getenv func(string) string, key string, dst *bool) error {
+	v := getenv(key)
+	if v == "" {
+		return nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("config: %s=%q: want true or false (1 or 0)", key, v)
+	}
+	*dst = b
 	return nil
 }
