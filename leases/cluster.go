@@ -152,7 +152,7 @@ func (c *Cluster) Hold(r Request, eligible []string) string {
 func (n *NodeLock) mostFree(r Request) (int64, int) {
 	most, at := int64(-1), -1
 	for i, g := range n.gpus {
-		if !n.fresh[i] || g.Lost || g.Exclusive || (r.Exclusive && g.Leases > 0) {
+		if !n.usable(i, r) {
 			continue
 		}
 		if free := FreeMB(g, n.margin); free > most {

@@ -112,7 +112,7 @@ func (n *NodeLock) choose(r Request) ([]int, error) {
 	var fits []int // positions in n.gpus
 	mostFree, mostFreeAt := int64(-1), -1
 	for i, g := range n.gpus {
-		if !n.fresh[i] || g.Lost || g.Exclusive || (r.Exclusive && g.Leases > 0) {
+		if !n.usable(i, r) {
 			continue
 		}
 		free := FreeMB(g, n.margin)
@@ -130,6 +130,13 @@ func (n *NodeLock) choose(r Request) ([]int, error) {
 		return cmp.Compare(FreeMB(n.gpus[a], n.margin), FreeMB(n.gpus[b], n.margin))
 	})
 	return fits[:want], nil
+}
+
+// usable reports whether the GPU at position i may take r: fresh, not lost, not held whole,
+// and without any lease when r wants it whole.
+func (n *NodeLock) usable(i int, r Request) bool {
+	g := n.gpus[i]
+	return n.fresh[i] && !g.Lost && !g.Exclusive && (!r.Exclusive || g.Leases == 0)
 }
 
 // leftover is the free memory that placing r on the GPUs at fits would leave on them: what

@@ -244,6 +244,9 @@ func (e Executor) JobListSchedulable(ctx context.Context, p store.SchedulablePar
 				out = append(out, j)
 			}
 		}
+		if len(jobs) < limit {
+			break // every such job is in already: the oldest first would read the same rows
+		}
 	}
 	return out, nil
 }
