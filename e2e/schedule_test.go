@@ -33,22 +33,16 @@ import (
 // 90% of the cluster's GPU memory is reserved, which these tests keep it at on purpose.
 const noAdmission = "admission:\n  disabled: true\n"
 
-// The makespan of TestSchedulePacking over its lower bound. The issue asks for packingRatioGoal;
-// the scheduler as built does not reach it on this workload, nor on most like it: it places
-// greedily in arrival order (best fit, backfilling whatever fits), so the big two-GPU jobs,
-// which need two GPUs of one node nearly empty at once, are passed over early and run one
-// after another at the end. Over a dozen runs on a 2-core machine the test measured 1.21 to
-// 1.27, and up to 1.32 with the machine kept busy (ORCH_TEST_BUSY=2): a few milliseconds more
-// or less on a release change which job the greedy pass picks. The shortfall is the policy's,
-// not placement latency's (a few tens of milliseconds a job): the same policy simulated with
-// no latency gives 1.24, and a better order of the same jobs, found by search, 1.09, so the
-// bound is not what stands in the way. Holding nodes sooner made it worse (reserve_after 5 s:
-// 1.29; 2 s: 1.35). packingRatioMax guards what the scheduler does now against a regression
-// (one job a GPU, at best, would take 1.6); whether the goal was met is logged.
-const (
-	packingRatioGoal = 1.2
-	packingRatioMax  = 1.4
-)
+// packingRatioGoal is the most the makespan of TestSchedulePacking may be over its lower bound
+// (packingBound), as the issue asks. The scheduler does not know how long a job runs; what
+// brings it there is the order of jobs submitted together, largest first (engine's
+// scheduleOrder). In arrival order, with best fit backfilling whatever fits, the large two-GPU
+// jobs were passed over early and ran one after another at the end: 1.21 to 1.27 over the
+// memory bound, 1.32 with the machine kept busy. Largest first, on a 2-core machine: 1.15 to
+// 1.18 over packingBound (1.17 to 1.20 over the memory bound alone), 1.16 with ORCH_TEST_BUSY=2
+// and 1.15 beside the whole e2e suite. A better order of the same jobs, found by a search that
+// knows their run times, reaches 1.09 in a simulation; holding nodes sooner made it worse.
+const packingRatioGoal = 1.2
 
 // safetyMarginMB is leases.safety_margin_mb, left at its default by the test clusters.
 const safetyMarginMB = 512
@@ -280,10 +274,10 @@ func (c *cluster) requireNoOverCommit() []leaseRow {
 // TestSchedulePacking: two nodes of two simulated 81,559 MB GPUs and forty GPU jobs of mixed
 // sizes (10 to 80 GB on one or two GPUs, 2 to 5 s each, drawn from a fixed seed), submitted at
 // once. The scheduler packs them: no GPU is ever over-committed (the lease rows replayed), and
-// the makespan, from the first start to the last finish, is within packingRatioMax times a
-// lower bound on any schedule's: the memory-seconds over the cluster's grantable memory, the
-// GPU-seconds of the jobs that need more than half a GPU (no two of them ever share one) over
-// the GPUs, and the longest job.
+// the makespan, from the first start to the last finish, is within packingRatioGoal times a
+// lower bound on any schedule's (packingBound): the memory-seconds over the cluster's
+// grantable memory, counting the holes beside large jobs that no job of the set could fill, and
+// the longest job.
 func TestSchedulePacking(t *testing.T) {
 	t.Parallel()
 	c := newGPUClusterWith(t, noAdmission)
@@ -326,10 +320,8 @@ func TestSchedulePacking(t *testing.T) {
 	rows := c.jobRows("pack-")
 	require.Len(t, rows, jobs)
 	var (
-		first, last                time.Time
-		area, bigGPUTime, longest  float64 // MB·s, GPU·s, s
-		nominalArea, nominalBigGPU float64
-		nominalLongest             float64
+		first, last time.Time
+		ran, nom    []packedJob // the runs the server recorded; the payloads' nominal ones
 	)
 	for _, j := range rows {
 		require.False(t, j.StartedAt.IsZero() || j.FinishedAt.IsZero(), "job %s: %+v", j.ID, j)
@@ -341,28 +333,79 @@ func TestSchedulePacking(t *testing.T) {
 		}
 		// The bound is computed from the runs the server recorded (started_at to finished_at):
 		// what the handlers took on this machine, not what the scheduler spent placing them.
-		run := j.FinishedAt.Sub(j.StartedAt).Seconds()
-		nom := nominal[j.ID].Seconds()
-		area += float64(j.MemoryMB*int64(j.GPUs)) * run
-		nominalArea += float64(j.MemoryMB*int64(j.GPUs)) * nom
-		longest, nominalLongest = max(longest, run), max(nominalLongest, nom)
-		if j.MemoryMB > grantable/2 {
-			bigGPUTime += float64(j.GPUs) * run
-			nominalBigGPU += float64(j.GPUs) * nom
+		ran = append(ran, packedJob{j.MemoryMB, j.GPUs, j.FinishedAt.Sub(j.StartedAt).Seconds()})
+		nom = append(nom, packedJob{j.MemoryMB, j.GPUs, nominal[j.ID].Seconds()})
+	}
+	makespan := last.Sub(first).Seconds()
+	b := packingBound(ran, nodes*perNode, grantable)
+	ratio := makespan / b.Bound
+	t.Logf("makespan %.2fs; lower bound %.2fs = max(memory %.2fs, memory with the unusable holes of large jobs %.2fs "+
+		"(jobs over %d MB count whole GPUs, jobs under %d MB none), longest job %.2fs); ratio %.3f (%.3f over the memory bound alone)",
+		makespan, b.Bound, b.Memory, b.Holes, grantable-b.Threshold, b.Threshold, b.Longest, ratio, makespan/b.Memory)
+	nb := packingBound(nom, nodes*perNode, grantable)
+	t.Logf("with the payloads' nominal run times: bound %.2fs, ratio %.3f", nb.Bound, makespan/nb.Bound)
+	require.LessOrEqual(t, ratio, packingRatioGoal, "makespan %.2fs over %.2f times the lower bound %.2fs", makespan,
+		packingRatioGoal, b.Bound)
+}
+
+// packedJob is one job of TestSchedulePacking: memory on each GPU, GPUs, seconds.
+type packedJob struct {
+	MemoryMB int64
+	GPUs     int
+	Seconds  float64
+}
+
+// packedBound is a lower bound on the makespan of any schedule of a set of jobs on gpus GPUs
+// of grantable MB each, and the bounds it is the largest of.
+type packedBound struct {
+	Bound float64
+	// Memory is the memory-seconds of the jobs over the cluster's grantable memory.
+	Memory float64
+	// Holes is the best bound of the family below, and Threshold the T it was found at.
+	Holes     float64
+	Threshold int64
+	// Longest is the longest job.
+	Longest float64
+}
+
+// packingBound computes the lower bounds. Holes weighs each job, for a threshold T of at most
+// half a GPU, by w(m) = 1 when m > G−T (it takes the whole GPU: only jobs under T fit beside
+// it), m/G when T <= m <= G−T, and 0 when m < T; the bound is the weighted GPU-seconds over the
+// GPUs. It holds for any schedule because on one GPU at any instant the weights of the jobs
+// there sum to at most 1: with a job over G−T (at most one: G−T >= G/2) the others are under T
+// and weigh 0; without one, every weight is at most m/G and the memory on the GPU is at most
+// G. T = 0 gives the memory bound, T = G/2 the GPU-seconds of the jobs over half a GPU. The
+// thresholds tried are 0 and one past each job size up to G/2.
+func packingBound(jobs []packedJob, gpus int, grantable int64) packedBound {
+	weighed := func(t int64) float64 {
+		var sum float64
+		for _, j := range jobs {
+			w := float64(j.MemoryMB) / float64(grantable)
+			switch {
+			case j.MemoryMB > grantable-t:
+				w = 1
+			case j.MemoryMB < t:
+				w = 0
+			}
+			sum += w * float64(j.GPUs) * j.Seconds
+		}
+		return sum / float64(gpus)
+	}
+	var b packedBound
+	b.Memory = weighed(0)
+	b.Holes = b.Memory
+	thresholds := []int64{grantable / 2}
+	for _, j := range jobs {
+		thresholds = append(thresholds, min(j.MemoryMB+1, grantable/2))
+		b.Longest = max(b.Longest, j.Seconds)
+	}
+	for _, t := range thresholds {
+		if h := weighed(t); h > b.Holes {
+			b.Holes, b.Threshold = h, t
 		}
 	}
-	const gpus = nodes * perNode
-	makespan := last.Sub(first).Seconds()
-	areaBound, bigBound := area/(gpus*grantable), bigGPUTime/gpus
-	bound := max(areaBound, bigBound, longest)
-	nominalBound := max(nominalArea/(gpus*grantable), nominalBigGPU/gpus, nominalLongest)
-	ratio := makespan / bound
-	t.Logf("makespan %.2fs; lower bound %.2fs = max(memory %.2fs, GPUs of jobs over half a GPU %.2fs, longest job %.2fs); ratio %.3f",
-		makespan, bound, areaBound, bigBound, longest, ratio)
-	t.Logf("with the payloads' nominal run times: bound %.2fs, ratio %.3f", nominalBound, makespan/nominalBound)
-	t.Logf("the issue's goal, a makespan within %.2f times the bound: met %t", packingRatioGoal, ratio <= packingRatioGoal)
-	require.LessOrEqual(t, ratio, packingRatioMax, "makespan %.2fs over %.2f times the lower bound %.2fs", makespan,
-		packingRatioMax, bound)
+	b.Bound = max(b.Holes, b.Longest)
+	return b
 }
 
 // releasedLease returns the lease of job that its completion released: the one it ran under.

@@ -101,12 +101,7 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	if err != nil {
 		return ScheduleResult{}, err
 	}
-	slices.SortStableFunc(waiting, func(a, b store.Job) int {
-		return cmp.Or(
-			cmp.Compare(EffectivePriority(b.Priority, b.AvailableAt, now), EffectivePriority(a.Priority, a.AvailableAt, now)),
-			a.AvailableAt.Compare(b.AvailableAt),
-			cmp.Compare(a.ID, b.ID))
-	})
+	slices.SortStableFunc(waiting, func(a, b store.Job) int { return scheduleOrder(a, b, now) })
 	avoid, err := e.avoidNodes(ctx, waiting)
 	if err != nil {
 		return ScheduleResult{}, err
@@ -130,6 +125,23 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 		}
 	}
 	return res, nil
+}
+
+// scheduleOrder is the order a pass takes waiting jobs in: the highest effective priority
+// first, then the longest wait. Jobs that became available at the same instant (one batch, or
+// one group commit of concurrent submits) have no order of arrival between them: they go
+// largest first (exclusive ones, then the most memory on each GPU, then the most GPUs), the
+// first-fit-decreasing rule of bin packing. A large job placed early keeps the room it needs;
+// taken last, it waits for a node to empty while the small ones fill every hole. The job id
+// breaks the remaining ties.
+func scheduleOrder(a, b store.Job, now time.Time) int {
+	return cmp.Or(
+		cmp.Compare(EffectivePriority(b.Priority, b.AvailableAt, now), EffectivePriority(a.Priority, a.AvailableAt, now)),
+		a.AvailableAt.Compare(b.AvailableAt),
+		cmp.Compare(boolInt(b.GPUExclusive), boolInt(a.GPUExclusive)),
+		cmp.Compare(b.GPUMemoryMB, a.GPUMemoryMB),
+		cmp.Compare(b.GPUCount(), a.GPUCount()),
+		cmp.Compare(a.ID, b.ID))
 }
 
 // workerNodes returns, per job type, the nodes where a live worker (idle or executing) of the
@@ -354,4 +366,11 @@ func (s *schedulePass) nodesOf(typ string) []string {
 func (s *schedulePass) event(j *store.Job, typ, token string, details map[string]any) store.AuditEvent {
 	raw, _ := json.Marshal(details)
 	return store.AuditEvent{TS: s.now, EventType: typ, JobID: j.ID, LeaseToken: token, Actor: rescueActor, Details: raw}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

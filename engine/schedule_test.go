@@ -52,6 +52,53 @@ func TestSchedule(t *testing.T) {
 	}
 }
 
+// TestScheduleOrder: jobs that became available at the same instant go largest first; a job
+// that became available later waits behind them whatever its size, and a higher priority goes
+// before both.
+func TestScheduleOrder(t *testing.T) {
+	t.Parallel()
+	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.gpuType(10000, 3)
+			b.report(t, "n", 81920) // 81408 MB grantable: any two of the jobs below overflow it
+			b.worker(t, "w", "n")
+			// One instant: small first by id, the larger ones after it.
+			b.submitGPU(t, "a-small", &engine.Resources{GPUMemoryMB: 42000})
+			b.submitGPU(t, "b-two", &engine.Resources{GPUMemoryMB: 45000})
+			b.submitGPU(t, "c-large", &engine.Resources{GPUMemoryMB: 50000})
+			b.clock.Add(time.Millisecond)
+			b.submitGPU(t, "d-later", &engine.Resources{GPUMemoryMB: 60000})
+
+			p9 := 9
+			_, _, err := b.eng.Submit(context.Background(), engine.SubmitParams{JobID: "f-urgent", Type: "gpu", Agent: "tester",
+				Payload: json.RawMessage(`{}`), Actor: "agent:tester", Resources: &engine.Resources{GPUMemoryMB: 41000}, Priority: &p9})
+			require.NoError(t, err)
+			b.eng.FlushMarks(context.Background())
+
+			// One job at a time fits: each pass places the next in line, run to done before the
+			// next pass.
+			var order []string
+			for range 5 {
+				res := b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Hour})
+				require.Len(t, res.Placed, 1, "after %v", order)
+				id := res.Placed[0].JobID
+				order = append(order, id)
+				c := b.claimOn(t, "w", "n", id)
+				require.Len(t, c.Claimed, 1)
+				done, err := b.eng.Complete(context.Background(), engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
+					{JobID: id, Attempt: 1, LeaseToken: c.Leases[id].Token, Done: true},
+				}})
+				require.NoError(t, err)
+				require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
+			}
+			require.Equal(t, []string{"f-urgent", "c-large", "b-two", "a-small", "d-later"}, order,
+				"the higher priority first; then of the jobs that arrived together the largest first; the later one last")
+		})
+	}
+}
+
 func testSchedule(t *testing.T, b *bundle) {
 	ctx := context.Background()
 	b.gpuType(30000, 3)
