@@ -257,6 +257,7 @@ type Executor interface {
 	GPUExecutor
 	AdmissionExecutor
 	PoolExecutor
+	NodeExecutor
 }
 
 // JobExecutor is the operations on orchestrator_jobs.

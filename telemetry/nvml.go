@@ -28,6 +28,10 @@ type nvmlProvider struct {
 
 	lostMu sync.Mutex
 	lost   map[int]string // reasons of the devices lost at the last snapshot, to log changes once
+
+	// driver and cuda are the driver's version and the CUDA version it supports, read once at
+	// start: neither changes while the library is loaded (an upgrade reloads the driver).
+	driver, cuda string
 }
 
 // NewNVML loads and initialises NVML. It returns an error wrapping ErrNVMLUnavailable when the
@@ -58,6 +62,12 @@ func newNVMLWith(lib nvml.Interface, nodeID string, opts NVMLOptions) (*nvmlProv
 	}
 	if p.now == nil {
 		p.now = time.Now
+	}
+	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+		p.driver = v
+	}
+	if v, ret := lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS {
+		p.cuda = fmt.Sprintf("%d.%d", v/1000, v%1000/10) // 12040 is CUDA 12.4
 	}
 	return p, nil
 }
@@ -93,7 +103,8 @@ func (p *nvmlProvider) Snapshot(ctx context.Context) (Snapshot, error) {
 	if ret != nvml.SUCCESS {
 		return Snapshot{}, fmt.Errorf("count nvml devices: %w", ret)
 	}
-	snap := Snapshot{NodeID: p.nodeID, GPUs: make([]GPU, 0, count), Source: SourceNVML}
+	snap := Snapshot{NodeID: p.nodeID, GPUs: make([]GPU, 0, count), Source: SourceNVML,
+		DriverVersion: p.driver, CUDAVersion: p.cuda}
 	for i := range count {
 		if err := ctx.Err(); err != nil {
 			return Snapshot{}, fmt.Errorf("read nvml device %d: %w", i, err)
@@ -173,6 +184,15 @@ func (p *nvmlProvider) readDevice(i int) (GPU, *LostGPU) {
 		g.PowerWatts = float64(milliwatts) / 1000
 	} else if unusable(ret) {
 		return GPU{}, lostAt("read power", ret)
+	}
+	current, _, ret := dev.GetMigMode()
+	if p.optional(i, "mig mode", ret) {
+		g.MIG = MIGDisabled
+		if current == nvml.DEVICE_MIG_ENABLE {
+			g.MIG = MIGEnabled
+		}
+	} else if unusable(ret) {
+		return GPU{}, lostAt("read mig mode", ret)
 	}
 	procs, ret := dev.GetComputeRunningProcesses()
 	if p.optional(i, "processes", ret) {

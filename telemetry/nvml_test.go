@@ -5,6 +5,7 @@ package telemetry
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -89,8 +90,12 @@ func TestNVMLSnapshot(t *testing.T) {
 				TemperatureC:   40 + i,
 				PowerWatts:     100.5 + float64(i),
 				Processes:      []Process{{PID: 1000 + i, UsedMemoryMB: 512}},
+				MIG:            MIGDisabled,
 			}, g)
 		}
+		require.Equal(t, b.server.DriverVersion, snap.DriverVersion)
+		require.NotEmpty(t, snap.DriverVersion)
+		require.Equal(t, fmt.Sprintf("%d.%d", b.server.CudaDriverVersion/1000, b.server.CudaDriverVersion%1000/10), snap.CUDAVersion)
 		g, ok := snap.GPU(3)
 		require.True(t, ok)
 		require.Equal(t, 3, g.Index)

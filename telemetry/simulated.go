@@ -17,6 +17,10 @@ const (
 	SimMaxMemoryMB = 16 << 20
 )
 
+// SimDriverVersion is the driver version a simulated node reports, so that its gpu.driver
+// label says the GPUs are not real.
+const SimDriverVersion = "sim"
+
 // Simulated is a provider for hosts without GPUs (development, CI, load tests): it reports the
 // GPUs of a spec (ORCH_SIM_GPUS) whose used memory follows the reservations made through
 // Reserve and Release, so placement and admission can be exercised end to end. Utilization,
@@ -94,7 +98,8 @@ func (s *Simulated) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := Snapshot{NodeID: s.nodeID, Taken: time.Now(), GPUs: make([]GPU, 0, len(s.gpus)), Source: SourceSimulated}
+	snap := Snapshot{NodeID: s.nodeID, Taken: time.Now(), GPUs: make([]GPU, 0, len(s.gpus)), Source: SourceSimulated,
+		DriverVersion: SimDriverVersion}
 	for i, g := range s.gpus {
 		uuid := fmt.Sprintf("GPU-sim-%s-%d", s.nodeID, i)
 		if g.lost {
@@ -112,6 +117,7 @@ func (s *Simulated) Snapshot(ctx context.Context) (Snapshot, error) {
 			UtilizationPct: util,
 			TemperatureC:   30 + util/2,
 			PowerWatts:     50 + 2.5*float64(util),
+			MIG:            MIGDisabled,
 		})
 	}
 	return snap, nil

@@ -98,9 +98,10 @@ func TestSimulated(t *testing.T) {
 		require.Equal(t, SourceSimulated, s.Name())
 		require.False(t, snap.Taken.IsZero())
 		require.Equal(t, []GPU{
-			{Index: 0, UUID: "GPU-sim-node-a-0", Name: "Simulated GPU", MemoryTotalMB: 24576, MemoryFreeMB: 24576, TemperatureC: 30, PowerWatts: 50},
-			{Index: 1, UUID: "GPU-sim-node-a-1", Name: "Simulated GPU", MemoryTotalMB: 81920, MemoryFreeMB: 81920, TemperatureC: 30, PowerWatts: 50},
+			{Index: 0, UUID: "GPU-sim-node-a-0", Name: "Simulated GPU", MemoryTotalMB: 24576, MemoryFreeMB: 24576, TemperatureC: 30, PowerWatts: 50, MIG: MIGDisabled},
+			{Index: 1, UUID: "GPU-sim-node-a-1", Name: "Simulated GPU", MemoryTotalMB: 81920, MemoryFreeMB: 81920, TemperatureC: 30, PowerWatts: 50, MIG: MIGDisabled},
 		}, snap.GPUs)
+		require.Equal(t, SimDriverVersion, snap.DriverVersion)
 		require.NoError(t, s.Close())
 	})
 

@@ -58,7 +58,16 @@ type GPU struct {
 	PowerWatts float64 `json:"power_watts"`
 	// Processes are the compute processes on the device; nil when not available.
 	Processes []Process `json:"processes"`
+	// MIG is the device's current MIG mode, MIGEnabled or MIGDisabled; empty when the device
+	// does not say (no MIG support, or an older worker).
+	MIG string `json:"mig,omitempty"`
 }
+
+// MIG modes of GPU.MIG.
+const (
+	MIGEnabled  = "enabled"
+	MIGDisabled = "disabled"
+)
 
 // Process is one compute process running on a GPU.
 type Process struct {
@@ -93,6 +102,11 @@ type Snapshot struct {
 	Lost []LostGPU `json:"lost,omitempty"`
 	// Source is the provider that took it: SourceNVML, SourceSimulated or SourceNone.
 	Source string `json:"source"`
+	// DriverVersion is the GPU driver's version ("550.54.15"; "sim" for simulated GPUs) and
+	// CUDAVersion the CUDA version it supports ("12.4"); empty when unknown. They become the
+	// node's gpu.driver and gpu.cuda labels (nodelabels).
+	DriverVersion string `json:"driver_version,omitempty"`
+	CUDAVersion   string `json:"cuda_version,omitempty"`
 }
 
 // GPU returns the usable GPU with the given index, if the snapshot has it.

@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Leases", testLeases},
 		{"Admission", testAdmission},
 		{"Pools", testPools},
+		{"Nodes", testNodes},
 	}
 	runAll(t, s, tests)
 }
