@@ -79,7 +79,8 @@ type Placement struct {
 type ScheduleResult struct {
 	Placed []Placement
 	// Waiting counts the jobs left waiting by the kind of their reason (no_capacity,
-	// no_fresh_telemetry, no_worker, unsatisfiable, reserved, node_unknown, telemetry_stale).
+	// no_fresh_telemetry, no_worker, unsatisfiable, reserved, node_unknown, telemetry_stale,
+	// cordoned).
 	Waiting map[string]int
 	// Held is the hold to pass to the next pass.
 	Held Hold
@@ -101,6 +102,11 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	if err != nil {
 		return ScheduleResult{}, err
 	}
+	cordoned, err := e.cordonedNodes(ctx)
+	if err != nil {
+		return ScheduleResult{}, err
+	}
+	nodes, closed := splitCordoned(nodes, cordoned)
 	slices.SortStableFunc(waiting, func(a, b store.Job) int { return scheduleOrder(a, b, now) })
 	avoid, err := e.avoidNodes(ctx, waiting)
 	if err != nil {
@@ -108,7 +114,7 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	}
 	var pass schedulePass
 	err = e.fenced(ctx, p.Fence, func(tx store.Tx) error {
-		pass = schedulePass{e: e, p: p, now: now, nodes: nodes, avoid: avoid, res: ScheduleResult{Waiting: map[string]int{}}}
+		pass = schedulePass{e: e, p: p, now: now, nodes: nodes, cordoned: closed, avoid: avoid, res: ScheduleResult{Waiting: map[string]int{}}}
 		return pass.run(ctx, tx, waiting)
 	})
 	if err != nil {
@@ -197,8 +203,10 @@ type schedulePass struct {
 	e     *Engine
 	p     ScheduleParams
 	now   time.Time
-	nodes map[string][]string // type → nodes of its live workers
-	avoid map[string][]string // job → nodes where a lease of it expired
+	nodes map[string][]string // type → nodes of its live workers, cordoned ones left out
+	// cordoned is type → the cordoned nodes of its live workers (schedule_cordon.go)
+	cordoned map[string][]string
+	avoid    map[string][]string // job → nodes where a lease of it expired
 
 	cluster *leases.Cluster
 	hold    Hold // the node held from the held job on in line
@@ -257,6 +265,9 @@ func (s *schedulePass) run(ctx context.Context, tx store.Tx, waiting []store.Job
 func (s *schedulePass) place(j *store.Job) error {
 	req := leases.Request{MemoryMB: int64(j.GPUMemoryMB), GPUs: j.GPUCount(), Exclusive: j.GPUExclusive}
 	nodes := s.nodesOf(j.Type)
+	if s.waitCordoned(j, req, nodes) {
+		return nil
+	}
 	if len(nodes) == 0 {
 		s.wait(j, leases.ReasonNoWorker+": no live worker of type "+j.Type+" runs on a node that reports GPUs")
 		return nil
@@ -353,15 +364,7 @@ func (s *schedulePass) wait(j *store.Job, why string) {
 }
 
 // nodesOf returns the nodes with a live worker of typ.
-func (s *schedulePass) nodesOf(typ string) []string {
-	nodes := s.nodes[typ]
-	if all := s.nodes["*"]; len(all) > 0 {
-		nodes = slices.Concat(nodes, all)
-		slices.Sort(nodes)
-		nodes = slices.Compact(nodes)
-	}
-	return nodes
-}
+func (s *schedulePass) nodesOf(typ string) []string { return nodesFor(s.nodes, typ) }
 
 func (s *schedulePass) event(j *store.Job, typ, token string, details map[string]any) store.AuditEvent {
 	raw, _ := json.Marshal(details)

@@ -28,6 +28,7 @@ the details after it in parentheses:
   no_worker           no live worker of its type runs on a node with GPUs
   unsatisfiable       no node that runs its type could hold it even idle
   placement_expired   it was placed, but no worker of that node claimed it in time
+  cordoned            the only nodes that could run it are cordoned ("orchctl nodes list")
   node_unknown, telemetry_stale
                       a worker's node refused it at its claim (the scheduler is disabled)
 
@@ -102,6 +103,9 @@ func waitingWhy(j client.Job) string {
 			"cancel it, or add a node that can"
 	case "placement_expired":
 		what = "waits to be placed again: it was placed, but no worker of that node claimed it in time"
+	case "cordoned":
+		what = "waits for an uncordon: the only nodes that could run type " + j.Type + " are cordoned; " +
+			"see orchctl nodes list"
 	case "node_unknown", "telemetry_stale":
 		what = "waits for a place: the node of the worker that read it could not take it"
 	default:
