@@ -32,6 +32,7 @@ func jobToWire(j store.Job) wire.Job {
 		GPUExclusive:  j.GPUExclusive && j.GPUMemoryMB > 0,
 		WaitingReason: waitingReason(j),
 		PlacedNode:    placedNode(j),
+		Constraints:   constraintsToWire(j.Constraints),
 		Priority:      j.Priority,
 		Timeout:       wire.Duration(j.Timeout),
 		Result:        rawOrNil(j.Result),
@@ -57,6 +58,14 @@ func placedNode(j store.Job) string {
 		return ""
 	}
 	return j.PlacedNode
+}
+
+// constraintsToWire is a job's constraints as the API shows them (nil: none).
+func constraintsToWire(c *store.Constraints) *wire.Constraints {
+	if c.Empty() {
+		return nil
+	}
+	return &wire.Constraints{NodeSelector: c.NodeSelector, AllowNodes: c.AllowNodes, DenyNodes: c.DenyNodes, MaxPerNode: c.MaxPerNode}
 }
 
 // rawOrNil keeps an empty raw message out of the JSON (an empty RawMessage does not marshal).

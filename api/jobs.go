@@ -26,14 +26,15 @@ const (
 // 400 naming the field (the decoder drops the field name of a custom unmarshaler's error). A test
 // keeps its JSON fields equal to the wire type's.
 type submitBody struct {
-	JobID       string          `json:"job_id"`
-	Type        string          `json:"type"`
-	Agent       string          `json:"agent"`
-	Payload     json.RawMessage `json:"payload"`
-	MaxAttempts *int            `json:"max_attempts"`
-	Timeout     json.RawMessage `json:"timeout"`
-	Resources   *wire.Resources `json:"resources"`
-	Priority    *int            `json:"priority"`
+	JobID       string            `json:"job_id"`
+	Type        string            `json:"type"`
+	Agent       string            `json:"agent"`
+	Payload     json.RawMessage   `json:"payload"`
+	MaxAttempts *int              `json:"max_attempts"`
+	Timeout     json.RawMessage   `json:"timeout"`
+	Resources   *wire.Resources   `json:"resources"`
+	Priority    *int              `json:"priority"`
+	Constraints *wire.Constraints `json:"constraints"`
 }
 
 // submit handles POST /jobs/submit: 202 for a new job, 200 for a job_id that exists already.
@@ -134,6 +135,10 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 	}
 	if r := b.Resources; r != nil {
 		p.Resources = &engine.Resources{GPUMemoryMB: r.GPUMemoryMB, GPUs: r.GPUs, Exclusive: r.Exclusive}
+	}
+	if c := b.Constraints; c != nil {
+		p.Constraints = &store.Constraints{NodeSelector: c.NodeSelector, AllowNodes: c.AllowNodes, DenyNodes: c.DenyNodes,
+			MaxPerNode: c.MaxPerNode}
 	}
 	return p, nil
 }

@@ -13,6 +13,8 @@ type (
 	SubmitRequest = wire.SubmitRequest
 	// Resources are what a job asks of the GPUs of one node (SubmitRequest.Resources).
 	Resources = wire.Resources
+	// Constraints narrow the nodes a GPU job may be placed on (SubmitRequest.Constraints).
+	Constraints = wire.Constraints
 	// SubmitResponse is wire.SubmitResponse.
 	SubmitResponse = wire.SubmitResponse
 	// SubmitBatchRequest is wire.SubmitBatchRequest.

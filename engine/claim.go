@@ -40,7 +40,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 	now := e.nowUTC()
 	var (
 		res   ClaimResult
-		freed []string
+		freed freedNodes
 	)
 	err = e.store.WithTx(ctx, func(tx store.Tx) error {
 		var err error
@@ -50,7 +50,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
 	}
-	e.gpuFreed(freed)
+	e.released(freed)
 	return res, nil
 }
 
@@ -58,13 +58,13 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) 
 // entries, places their leases and writes it all. freed are the nodes of the GPU leases the
 // results released.
 func (e *Engine) claimIn(ctx context.Context, tx store.Tx, p ClaimParams, delivered map[entryKey]bool,
-	now time.Time) (res ClaimResult, freed []string, err error) {
+	now time.Time) (res ClaimResult, freed freedNodes, err error) {
 	res = ClaimResult{Leases: map[string]store.Lease{}}
 	byID, held, err := lockClaim(ctx, tx, p)
 	if err != nil {
-		return res, nil, err
+		return res, freed, err
 	}
-	freed = gpuNodes(held)
+	freed = releasedNodes(held, byID)
 	// Every row the claim's compare-and-sets write is locked: their checks can wait for
 	// the next round trip.
 	tx.DeferChecks()

@@ -26,7 +26,7 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 	now := e.nowUTC()
 	var (
 		res   CompleteResult
-		freed []string
+		freed freedNodes
 	)
 	err := e.store.WithTx(ctx, func(tx store.Tx) error {
 		ids := make([]string, 0, len(p.Results))
@@ -42,7 +42,7 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		if err != nil {
 			return err
 		}
-		freed = gpuNodes(held)
+		freed = releasedNodes(held, byID)
 		res = CompleteResult{Outcomes: outcomes}
 		if err := tx.AuditInsert(ctx, events); err != nil {
 			return err
@@ -53,28 +53,42 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 	if err != nil {
 		return CompleteResult{}, fmt.Errorf("complete jobs: %w", err)
 	}
-	e.gpuFreed(freed)
+	e.released(freed)
 	return res, nil
 }
 
-// gpuNodes are the nodes of the GPU leases among held, each once.
-func gpuNodes(held map[string]*store.Lease) []string {
-	var out []string
-	for _, l := range held {
-		if l.Mode == store.LeaseGPU && !slices.Contains(out, l.NodeID) {
-			out = append(out, l.NodeID)
+// freedNodes is what a call's released leases freed: the nodes of its GPU leases, each once,
+// and whether a job the scheduler places without GPUs gave back a worker slot.
+type freedNodes struct {
+	gpu   []string
+	slots bool
+}
+
+// releasedNodes is what the leases among held (by job, the jobs in byID) free when released.
+func releasedNodes(held map[string]*store.Lease, byID map[string]*store.Job) freedNodes {
+	var out freedNodes
+	for id, l := range held {
+		switch {
+		case l.Mode == store.LeaseGPU && !slices.Contains(out.gpu, l.NodeID):
+			out.gpu = append(out.gpu, l.NodeID)
+		case l.Mode != store.LeaseGPU && byID[id] != nil && byID[id].Scheduled():
+			out.slots = true
 		}
 	}
 	return out
 }
 
-// gpuFreed tells Options.GPUFreed of the nodes whose GPU leases a committed call released.
-func (e *Engine) gpuFreed(nodes []string) {
-	if e.onGPUFreed == nil {
-		return
+// released tells Options.GPUFreed of the nodes whose GPU leases a committed call released, and
+// wakes the scheduler when a scheduled job gave back a worker slot (a GPU release wakes it
+// through GPUFreed's wiring).
+func (e *Engine) released(f freedNodes) {
+	if e.onGPUFreed != nil {
+		for _, n := range f.gpu {
+			e.onGPUFreed(n)
+		}
 	}
-	for _, n := range nodes {
-		e.onGPUFreed(n)
+	if f.slots && e.wakeScheduler != nil {
+		e.wakeScheduler()
 	}
 }
 

@@ -42,10 +42,14 @@ type Engine struct {
 	fence   Fence
 	// onGPUFreed: see Options.GPUFreed.
 	onGPUFreed func(nodeID string)
+	// wakeScheduler: see Options.WakeScheduler.
+	wakeScheduler func()
 	// outbox commits submits in groups and publishes committed jobs.
 	outbox *outbox.Outbox[*submitReq]
 	// redisStartsEmpty: see Options.RedisStartsEmpty.
 	redisStartsEmpty bool
+	// nodeLabels are the registered nodes' labels submit checks constraints against.
+	nodeLabels nodeLabels
 }
 
 // Options are optional dependencies of New.
@@ -69,8 +73,9 @@ type Options struct {
 	// node, so that placement sees the memory the jobs used as free without waiting a poll
 	// interval (a worker reports its own node the same way, worker/deferred.go).
 	GPUFreed func(nodeID string)
-	// WakeScheduler, when set, is called when GPU jobs wait for the scheduler (a submit
-	// committed them): the wiring wakes the leader's scheduler, wherever it runs.
+	// WakeScheduler, when set, is called when jobs wait for the scheduler (a submit committed
+	// them, or a scheduled job without GPUs gave back its worker slot): the wiring wakes the
+	// leader's scheduler, wherever it runs.
 	WakeScheduler func()
 	// RedisStartsEmpty says the Redis is new and empty at every start of the process, as the
 	// embedded mode's is: a recovery for its missing marker is how the process starts, not a
@@ -93,6 +98,7 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 	e.fence = opts.Fence
 	e.redisStartsEmpty = opts.RedisStartsEmpty
 	e.onGPUFreed = opts.GPUFreed
+	e.wakeScheduler = opts.WakeScheduler
 	e.leases = opts.Leases
 	if e.leases == nil {
 		e.leases = NewLeaseManager(st, cfg, leases.Options{Now: e.now, Logger: opts.Logger})

@@ -186,8 +186,8 @@ func (e *Engine) recoverLive(ctx context.Context, fence Fence, jobs []store.Job,
 			res.Requeued++
 		case j.Status == store.JobPending:
 			due = append(due, j)
-		case j.GPUMemoryMB > 0 && !e.cfg.Scheduler.Disabled:
-			// A scheduled GPU job's entry is in its node's stream, which the row does not
+		case j.Scheduled() && !e.cfg.Scheduler.Disabled:
+			// A scheduled job's entry is in its node's stream, which the row does not
 			// name once claimed: no entry is published for it. Its lease covers a lost
 			// worker (the purger), and a second entry in the type's stream would only be
 			// refused.

@@ -1,11 +1,7 @@
 package engine
 
 import (
-	"context"
-	"fmt"
-
 	"github.com/gpuorch/orchestrator/config"
-	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -71,20 +67,4 @@ func resourcesOf(asked *Resources, jt *config.JobType) (Resources, error) {
 	}
 	r.GPUs = max(r.GPUs, 1)
 	return r, nil
-}
-
-// checkSatisfiable refuses resources that no node of the cluster could ever place (see
-// leases.Manager.Unsatisfiable); a CPU job passes.
-func (e *Engine) checkSatisfiable(ctx context.Context, r *Resources) error {
-	if r == nil || r.GPUMemoryMB == 0 {
-		return nil
-	}
-	why, err := e.leases.Unsatisfiable(ctx, leases.Request{MemoryMB: int64(r.GPUMemoryMB), GPUs: r.GPUs, Exclusive: r.Exclusive})
-	if err != nil {
-		return fmt.Errorf("check resources: %w", err)
-	}
-	if why != "" {
-		return &UnsatisfiableError{Field: "resources", Message: why}
-	}
-	return nil
 }

@@ -98,7 +98,7 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	if err != nil || len(waiting) == 0 {
 		return ScheduleResult{Held: Hold{}}, err
 	}
-	nodes, err := e.workerNodes(ctx)
+	nodes, slots, err := e.workerNodes(ctx)
 	if err != nil {
 		return ScheduleResult{}, err
 	}
@@ -112,9 +112,14 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	if err != nil {
 		return ScheduleResult{}, err
 	}
+	labels, err := e.selectorLabels(ctx, waiting)
+	if err != nil {
+		return ScheduleResult{}, err
+	}
 	var pass schedulePass
 	err = e.fenced(ctx, p.Fence, func(tx store.Tx) error {
-		pass = schedulePass{e: e, p: p, now: now, nodes: nodes, cordoned: closed, avoid: avoid, res: ScheduleResult{Waiting: map[string]int{}}}
+		pass = schedulePass{e: e, p: p, now: now, nodes: nodes, slots: slots, cordoned: closed, avoid: avoid, labels: labels,
+			res: ScheduleResult{Waiting: map[string]int{}}}
 		return pass.run(ctx, tx, waiting)
 	})
 	if err != nil {
@@ -151,13 +156,14 @@ func scheduleOrder(a, b store.Job, now time.Time) int {
 }
 
 // workerNodes returns, per job type, the nodes where a live worker (idle or executing) of the
-// type runs, sorted. A worker that names no types runs every type ("*").
-func (e *Engine) workerNodes(ctx context.Context) (map[string][]string, error) {
+// type runs, sorted, and the slots (concurrency) of those workers on each node. A worker that
+// names no types runs every type ("*").
+func (e *Engine) workerNodes(ctx context.Context) (nodes map[string][]string, slots map[string]map[string]int, err error) {
 	ws, err := e.store.WorkerList(ctx, "", true)
 	if err != nil {
-		return nil, fmt.Errorf("schedule gpu jobs: %w", err)
+		return nil, nil, fmt.Errorf("schedule jobs: %w", err)
 	}
-	out := map[string][]string{}
+	nodes, slots = map[string][]string{}, map[string]map[string]int{}
 	for _, w := range ws {
 		if w.NodeID == "" || (w.Status != store.WorkerIdle && w.Status != store.WorkerExecuting) {
 			continue
@@ -167,15 +173,19 @@ func (e *Engine) workerNodes(ctx context.Context) (map[string][]string, error) {
 			types = []string{"*"}
 		}
 		for _, t := range types {
-			if !slices.Contains(out[t], w.NodeID) {
-				out[t] = append(out[t], w.NodeID)
+			if !slices.Contains(nodes[t], w.NodeID) {
+				nodes[t] = append(nodes[t], w.NodeID)
 			}
+			if slots[t] == nil {
+				slots[t] = map[string]int{}
+			}
+			slots[t][w.NodeID] += max(w.Concurrency, 1)
 		}
 	}
-	for t := range out {
-		slices.Sort(out[t])
+	for t := range nodes {
+		slices.Sort(nodes[t])
 	}
-	return out, nil
+	return nodes, slots, nil
 }
 
 // avoidNodes returns the nodes each waiting job had a lease expire on: its worker was lost
@@ -204,9 +214,18 @@ type schedulePass struct {
 	p     ScheduleParams
 	now   time.Time
 	nodes map[string][]string // type → nodes of its live workers, cordoned ones left out
+	// slots is type → node → the slots of its live workers there (CPU placement).
+	slots map[string]map[string]int
 	// cordoned is type → the cordoned nodes of its live workers (schedule_cordon.go)
 	cordoned map[string][]string
 	avoid    map[string][]string // job → nodes where a lease of it expired
+
+	// labels are the registered nodes' labels, read when a waiting job has a node selector.
+	labels map[string]map[string]string
+	// leased counts the jobs of a type with an active lease on each node, by agent, read for
+	// the types of the waiting jobs that have max_per_node or need no GPU, and kept up with the
+	// pass's placements.
+	leased map[string]leasedJobs
 
 	cluster *leases.Cluster
 	hold    Hold // the node held from the held job on in line
@@ -229,6 +248,9 @@ func (s *schedulePass) run(ctx context.Context, tx store.Tx, waiting []store.Job
 		return err
 	}
 	if s.cluster, err = s.e.leases.LockCluster(ctx, tx, s.now); err != nil {
+		return err
+	}
+	if s.leased, err = jobsPerNode(ctx, tx, waiting); err != nil {
 		return err
 	}
 	// The placements' time is after the locks: a release that committed while the pass
@@ -271,6 +293,16 @@ func (s *schedulePass) place(j *store.Job) error {
 	if len(nodes) == 0 {
 		s.wait(j, leases.ReasonNoWorker+": no live worker of type "+j.Type+" runs on a node that reports GPUs")
 		return nil
+	}
+	if !j.Constraints.Empty() {
+		var why string
+		if nodes, why = s.constrain(j, nodes); len(nodes) == 0 {
+			s.wait(j, why)
+			return nil
+		}
+	}
+	if j.GPUMemoryMB == 0 {
+		return s.placeCPU(j, nodes)
 	}
 	eligible := nodes
 	if s.hold.Node != "" {
@@ -327,7 +359,7 @@ func (s *schedulePass) placeOn(j *store.Job, node string) error {
 		PlacedBy string `json:"placed_by"`
 	}{j.Attempts + 1, "scheduler"})
 	lease, err := s.e.leases.Prepare(s.cluster.Node(node), leases.GrantParams{
-		Agent: j.Agent, JobID: j.ID, NodeID: node, Mode: store.LeaseGPU, MemoryMB: int64(j.GPUMemoryMB),
+		Agent: j.Agent, JobID: j.ID, NodeID: node, Mode: leaseMode(j), MemoryMB: int64(j.GPUMemoryMB),
 		GPUs: j.GPUCount(), Exclusive: j.GPUExclusive, Metadata: meta,
 	}, s.now)
 	if err != nil {
@@ -350,6 +382,9 @@ func (s *schedulePass) placeOn(j *store.Job, node string) error {
 	s.res.Placed = append(s.res.Placed, Placement{JobID: j.ID, Type: j.Type, Node: node, GPUs: lease.GPUIndexes, Waited: waited})
 	if s.hold.JobID == j.ID {
 		s.hold = Hold{}
+	}
+	if counts := s.leased[j.Type]; counts != nil {
+		counts.add(j.Agent, node, 1)
 	}
 	return nil
 }

@@ -256,7 +256,7 @@ func (e *Engine) prepare(ctx context.Context, p SubmitParams) (*submitReq, error
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkSatisfiable(ctx, p.Resources); err != nil {
+	if err := e.checkPlaceable(ctx, p.Resources, p.Constraints); err != nil {
 		return nil, err
 	}
 	r := newSubmitReq(ctx, p, jt)
@@ -323,6 +323,13 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 		return nil, err
 	}
 	p.Resources = &res
+	if p.Constraints, err = checkConstraints(p.Constraints); err != nil {
+		return nil, err
+	}
+	if p.Constraints != nil && e.cfg.Scheduler.Disabled {
+		return nil, invalid("constraints", "need the scheduler, which this cluster runs without (scheduler.disabled): "+
+			"a worker's claim would place the job wherever it was read")
+	}
 	switch {
 	case p.Priority == nil:
 		p.Priority = &jt.Priority

@@ -49,6 +49,7 @@ func (r *submitReq) insertParams(now time.Time) store.JobInsertParams {
 		GPUs:         r.p.Resources.GPUs,
 		GPUExclusive: r.p.Resources.Exclusive,
 		Priority:     *r.p.Priority,
+		Constraints:  r.p.Constraints,
 		Timeout:      r.p.Timeout,
 		Now:          now,
 	}

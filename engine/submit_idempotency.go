@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,8 @@ func (e *Engine) sameRequest(r *submitReq, job store.Job) error {
 		return mismatch("priority", "the job exists with priority %d, not %d", job.Priority, *p.Priority)
 	case r.named.resources && ResourcesOf(job) != *p.Resources:
 		return mismatch("resources", "the job exists with resources %+v, not %+v", ResourcesOf(job), *p.Resources)
+	case r.named.constraints && !reflect.DeepEqual(job.Constraints, p.Constraints):
+		return mismatch("constraints", "the job exists with other constraints")
 	}
 	return nil
 }
@@ -159,9 +162,9 @@ func significantDigits(n string) int {
 
 // named are the optional fields a submit named, recorded before validateSubmit fills in the
 // type's defaults: a resubmit of the job's id compares those (sameRequest).
-type named struct{ attempts, timeout, resources, priority bool }
+type named struct{ attempts, timeout, resources, priority, constraints bool }
 
 func namedFields(p SubmitParams) named {
 	return named{attempts: p.MaxAttempts != 0, timeout: p.Timeout != time.Duration(0), resources: p.Resources != nil,
-		priority: p.Priority != nil}
+		priority: p.Priority != nil, constraints: !p.Constraints.Empty()}
 }

@@ -21,7 +21,10 @@ type SubmitParams struct {
 	// Priority is 0..MaxPriority (nil: the type's): higher first among the GPU jobs a worker
 	// waits to place. Submit fills it in.
 	Priority *int
-	Actor    string // audit actor, e.g. "agent:NAME"
+	// Constraints narrow the nodes a GPU job may be placed on (nil: none). Submit checks them
+	// and keeps them sorted, without duplicates.
+	Constraints *store.Constraints
+	Actor       string // audit actor, e.g. "agent:NAME"
 
 	// PayloadChecked says the caller decoded Payload from JSON already (the API's decoder
 	// does), so Submit does not scan it once more to check it: with large payloads each scan

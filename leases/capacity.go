@@ -23,13 +23,26 @@ type shape struct {
 	nodes map[string][]int64
 }
 
-// Unsatisfiable says why no node of the cluster could ever place r, however idle: no GPU is as
-// large as r's memory, or no node has r's count of such GPUs. It returns "" when some node
-// could, and also while no GPU is known at all (a cluster whose nodes have not reported yet).
-func (m *Manager) Unsatisfiable(ctx context.Context, r Request) (string, error) {
+// Unsatisfiable says why no node of the cluster (or of only, when not nil) could ever place r,
+// however idle: no GPU is as large as r's memory, or no node has r's count of such GPUs. It
+// returns "" when some node could, and also while no GPU is known at all (a cluster whose
+// nodes have not reported yet).
+func (m *Manager) Unsatisfiable(ctx context.Context, r Request, only []string) (string, error) {
 	nodes, err := m.shape.get(ctx, m)
 	if err != nil || len(nodes) == 0 {
 		return "", err
+	}
+	if only != nil {
+		some := make(map[string][]int64, len(only))
+		for _, id := range only {
+			if gpus, ok := nodes[id]; ok {
+				some[id] = gpus
+			}
+		}
+		if len(some) == 0 {
+			return fmt.Sprintf("none of the %d node(s) has reported a GPU", len(only)), nil
+		}
+		nodes = some
 	}
 	return unsatisfiable(nodes, r, m.cfg.SafetyMarginMB), nil
 }

@@ -112,6 +112,12 @@ type GPUCapacity struct {
 	Exclusive bool
 }
 
+// NodeJobCount is how many jobs of one type and agent hold an active lease on one node.
+type NodeJobCount struct {
+	Type, Agent, Node string
+	Jobs              int
+}
+
 // LeaseExecutor is the operations on orchestrator_leases.
 type LeaseExecutor interface {
 	// LeaseInsert inserts new leases (one multi-row insert). A token that exists is ErrConflict.
@@ -124,6 +130,9 @@ type LeaseExecutor interface {
 	// LeaseExpiredNodes returns, for each job among jobIDs, the nodes where a lease of it
 	// expired (its worker was lost there, or no worker there claimed its placement).
 	LeaseExpiredNodes(ctx context.Context, jobIDs []string) (map[string][]string, error)
+	// LeaseJobsPerNode counts, per type, agent and node, the jobs of types that hold an
+	// active lease there (running, or placed by the scheduler): max_per_node's count.
+	LeaseJobsPerNode(ctx context.Context, types []string) ([]NodeJobCount, error)
 	// LeaseList returns leases newest first.
 	LeaseList(ctx context.Context, p LeaseListParams) ([]Lease, error)
 	// LeaseSetStatus applies one compare-and-set of a lease's status.

@@ -113,13 +113,15 @@ type Job struct {
 	// lease that reserves its GPUs there, and its entry is in that node's stream. "" when the
 	// job is not placed; every write of LeaseToken writes it too.
 	PlacedNode string
-	Timeout    time.Duration
-	Result     json.RawMessage
-	LastError  string
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	StartedAt  *time.Time
-	FinishedAt *time.Time
+	// Constraints narrow the nodes the job may run on; nil when it has none.
+	Constraints *Constraints
+	Timeout     time.Duration
+	Result      json.RawMessage
+	LastError   string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
 }
 
 // JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
@@ -135,6 +137,7 @@ type JobInsertParams struct {
 	GPUs         int
 	GPUExclusive bool
 	Priority     int
+	Constraints  *Constraints
 	Timeout      time.Duration
 	Now          time.Time
 }
@@ -148,6 +151,11 @@ func (j *Job) GPUCount() int {
 	return max(j.GPUs, 1)
 }
 
+// Scheduled reports whether the leader's scheduler places j (when it runs): a GPU job, or a
+// job with constraints. Such a job is published to the stream of the node it is placed on,
+// never to its type's.
+func (j *Job) Scheduled() bool { return j.GPUMemoryMB > 0 || !j.Constraints.Empty() }
+
 // DispatchParams selects the jobs the dispatcher publishes: pending, not enqueued, available at
 // or before Now, and, for a job never attempted, created at or before SubmittedBy (zero: any).
 // A submit publishes its own jobs once they have committed, and marks them a moment later;
@@ -156,12 +164,12 @@ type DispatchParams struct {
 	Now         time.Time
 	SubmittedBy time.Time
 	Limit       int
-	// Scheduled leaves out the GPU jobs that the scheduler has not placed: the scheduler
-	// publishes those, to the stream of the node it places them on.
+	// Scheduled leaves out the jobs the scheduler places (Job.Scheduled) and has not placed:
+	// the scheduler publishes those, to the stream of the node it places them on.
 	Scheduled bool
 }
 
-// SchedulableParams selects the GPU jobs the scheduler may place: pending, not placed, due at
+// SchedulableParams selects the jobs the scheduler may place (Job.Scheduled): pending, not placed, due at
 // Now. It reads up to Limit of them by priority (highest first, then oldest) and up to Limit
 // oldest first, so that jobs whose priority ages are seen behind a backlog of higher ones.
 type SchedulableParams struct {
@@ -299,10 +307,10 @@ type JobExecutor interface {
 	// still pending, leaving updated_at as it is: the reason is advice, not a state. It returns
 	// how many rows changed.
 	JobSetWaiting(ctx context.Context, ids []string, reason string) (int, error)
-	// JobCountUnplaced counts, by type, the pending GPU jobs that wait for the scheduler
+	// JobCountUnplaced counts, by type, the pending jobs that wait for the scheduler
 	// (not placed, not enqueued).
 	JobCountUnplaced(ctx context.Context) (map[string]int, error)
-	// JobListSchedulable returns the pending GPU jobs that are due and not placed (see
+	// JobListSchedulable returns the pending jobs the scheduler places that are due and not placed (see
 	// SchedulableParams), without their payloads, each once.
 	JobListSchedulable(ctx context.Context, p SchedulableParams) ([]Job, error)
 	// JobMarkPublished is JobMarkEnqueued for jobs the calling transaction inserted itself: the

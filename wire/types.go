@@ -61,6 +61,21 @@ type SubmitRequest struct {
 	// Priority overrides the type's priority, 0..9: higher first among the GPU jobs a worker
 	// waits to place.
 	Priority *int `json:"priority,omitempty"`
+	// Constraints narrow the nodes a GPU job may be placed on.
+	Constraints *Constraints `json:"constraints,omitempty"`
+}
+
+// Constraints narrow the nodes a GPU job may be placed on; every rule given must hold.
+type Constraints struct {
+	// NodeSelector: the node has each of these labels with this value (at most 16).
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// AllowNodes: only these nodes (at most 64 ids).
+	AllowNodes []string `json:"allow_nodes,omitempty"`
+	// DenyNodes: never these nodes (at most 64 ids).
+	DenyNodes []string `json:"deny_nodes,omitempty"`
+	// MaxPerNode: at most this many jobs of the job's type and agent run or are placed on one
+	// node at once (1..1000; absent: no limit).
+	MaxPerNode int `json:"max_per_node,omitempty"`
 }
 
 // Resources are what a job asks of the GPUs of one node. In a submit, a field left out takes
@@ -150,15 +165,17 @@ type Job struct {
 	// PlacedNode is the node the scheduler placed a pending GPU job on: its GPUs are reserved
 	// there and it waits for a worker of that node to claim it. Absent when the job is not
 	// placed, and once it is claimed (WorkerID then names its worker).
-	PlacedNode string          `json:"placed_node,omitempty"`
-	Priority   int             `json:"priority"`
-	Timeout    Duration        `json:"timeout"`
-	Result     json.RawMessage `json:"result,omitempty"`
-	LastError  string          `json:"last_error,omitempty"`
-	CreatedAt  time.Time       `json:"created_at"`
-	UpdatedAt  time.Time       `json:"updated_at"`
-	StartedAt  *time.Time      `json:"started_at,omitempty"`
-	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	PlacedNode string `json:"placed_node,omitempty"`
+	// Constraints are the job's placement constraints, as submitted.
+	Constraints *Constraints    `json:"constraints,omitempty"`
+	Priority    int             `json:"priority"`
+	Timeout     Duration        `json:"timeout"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	LastError   string          `json:"last_error,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	StartedAt   *time.Time      `json:"started_at,omitempty"`
+	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
 }
 
 // JobList is a page of GET /jobs. NextCursor is empty on the last page.

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -55,6 +58,7 @@ type submitFlags struct {
 	maxAttempts int
 	timeout     time.Duration
 	resources   client.Resources
+	constraints client.Constraints
 	priority    int
 	quiet       bool
 	wait        bool
@@ -78,8 +82,9 @@ orchestrator generates an id.
 --max-attempts and --timeout override the job type's attempt budget and per-attempt run-time
 limit. --gpus, --gpu-memory-mb and --exclusive override what the type asks of the GPUs: that
 many distinct GPUs of one node, that much memory on each, held alone; a request no node of the
-cluster could ever place is refused (unsatisfiable). --quiet prints only the job id (for
-JOB=$(orchctl jobs submit ... -q)).
+cluster could ever place is refused (unsatisfiable). --node-selector, --allow-node, --deny-node
+and --max-per-node constrain the nodes a GPU job may be placed on (orchctl nodes list shows
+their labels). --quiet prints only the job id (for JOB=$(orchctl jobs submit ... -q)).
 
 With --wait, orchctl then waits for the job like "jobs wait" (--poll, --wait-timeout) and exits
 with its exit codes: 0 done, 3 dead_letter, 4 cancelled, 5 timed out. With -o json and --wait,
@@ -88,6 +93,7 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 		Example: `  orchctl jobs submit --type noop --agent ops --payload '{"n": 1}'
   orchctl jobs submit --type inference --agent chat --payload-file req.json --job-id req-42 --wait
   orchctl jobs submit --type train --agent ml --gpus 2 --gpu-memory-mb 60000 --exclusive
+  orchctl jobs submit --type train --agent ml --node-selector tier=prod --deny-node gpu-07 --max-per-node 1
   generate-payload | orchctl jobs submit --type ingest --agent etl --payload-file - -q`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: runWithFlags(g.submit, &f),
@@ -103,6 +109,11 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 	fl.IntVar(&f.resources.GPUs, "gpus", 0, "GPUs of one node the job needs, 1..8 (default: the job type's, one)")
 	fl.IntVar(&f.resources.GPUMemoryMB, "gpu-memory-mb", 0, "GPU memory the job needs on each GPU, in MB (default: the job type's)")
 	fl.BoolVar(&f.resources.Exclusive, "exclusive", false, "hold the GPUs alone: nothing else is placed on them")
+	fl.StringToStringVar(&f.constraints.NodeSelector, "node-selector", nil,
+		"only on nodes with this label, KEY=VALUE (repeat, or comma-separate, for several)")
+	fl.StringSliceVar(&f.constraints.AllowNodes, "allow-node", nil, "only on this node (repeat for several)")
+	fl.StringSliceVar(&f.constraints.DenyNodes, "deny-node", nil, "never on this node (repeat for several)")
+	fl.IntVar(&f.constraints.MaxPerNode, "max-per-node", 0, "at most this many jobs of this type and agent on one node at once")
 	fl.IntVar(&f.priority, "priority", 0, "0..9, higher first among GPU jobs waiting for room (default: the job type's)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the job id")
 	fl.BoolVar(&f.wait, "wait", false, "wait until the job is finished (exit codes as jobs wait)")
@@ -135,6 +146,9 @@ func (g *globals) submit(cmd *cobra.Command, f *submitFlags) error {
 	if fl := cmd.Flags(); fl.Changed("gpus") || fl.Changed("gpu-memory-mb") || fl.Changed("exclusive") {
 		r := f.resources
 		req.Resources = &r
+	}
+	if c := f.constraints; len(c.NodeSelector) > 0 || len(c.AllowNodes) > 0 || len(c.DenyNodes) > 0 || c.MaxPerNode != 0 {
+		req.Constraints = &c
 	}
 	if f.wait {
 		if err := f.waitOpts.check(cmd); err != nil {
@@ -267,6 +281,7 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		{"GPU", gpu},
 		{"WAITING", orDash(j.WaitingReason)},
 		{"PLACED ON", orDash(j.PlacedNode)},
+		{"CONSTRAINTS", fmtConstraints(j.Constraints)},
 		{"TIMEOUT", time.Duration(j.Timeout).String()},
 		{"ENQUEUED", enqueued},
 		{"AVAILABLE AT", fmtTime(j.AvailableAt, now)},
@@ -281,6 +296,32 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		t.row(kv[0], kv[1])
 	}
 	return t.flush()
+}
+
+// fmtConstraints says a job's constraints in one line: "node_selector tier=prod; deny_nodes
+// gpu-07; max_per_node 1", or "-".
+func fmtConstraints(c *client.Constraints) string {
+	if c == nil {
+		return "-"
+	}
+	var parts []string
+	if len(c.NodeSelector) > 0 {
+		var kv []string
+		for _, k := range slices.Sorted(maps.Keys(c.NodeSelector)) {
+			kv = append(kv, k+"="+c.NodeSelector[k])
+		}
+		parts = append(parts, "node_selector "+strings.Join(kv, ","))
+	}
+	if len(c.AllowNodes) > 0 {
+		parts = append(parts, "allow_nodes "+strings.Join(c.AllowNodes, ","))
+	}
+	if len(c.DenyNodes) > 0 {
+		parts = append(parts, "deny_nodes "+strings.Join(c.DenyNodes, ","))
+	}
+	if c.MaxPerNode > 0 {
+		parts = append(parts, "max_per_node "+strconv.Itoa(c.MaxPerNode))
+	}
+	return orDash(truncate(strings.Join(parts, "; "), maxFieldValue))
 }
 
 func newJobsCancelCmd(g *globals) *cobra.Command {

@@ -27,6 +27,8 @@ the details after it in parentheses:
   no_fresh_telemetry  the nodes that run its type have not reported their GPUs lately
   no_worker           no live worker of its type runs on a node with GPUs
   unsatisfiable       no node that runs its type could hold it even idle
+  constraints         no node that runs its type passes the job's constraints now
+                      (node_selector, allow_nodes, deny_nodes, max_per_node)
   placement_expired   it was placed, but no worker of that node claimed it in time
   cordoned            the only nodes that could run it are cordoned ("orchctl nodes list")
   node_unknown, telemetry_stale
@@ -101,6 +103,9 @@ func waitingWhy(j client.Job) string {
 	case "unsatisfiable":
 		what = "cannot be placed as the cluster is: no node that runs type " + j.Type + " could hold it even idle; " +
 			"cancel it, or add a node that can"
+	case "constraints":
+		what = "waits for a node its constraints allow: none that runs type " + j.Type + " passes them now " +
+			"(orchctl nodes list shows the nodes' labels)"
 	case "placement_expired":
 		what = "waits to be placed again: it was placed, but no worker of that node claimed it in time"
 	case "cordoned":

@@ -49,11 +49,12 @@ type Options struct {
 	// StreamOf names the stream of a job type; false for a type that is not configured,
 	// whose jobs are logged and not published.
 	StreamOf func(jobType string) (stream string, ok bool)
-	// Scheduled says the leader's scheduler places GPU jobs: a pending GPU job that it has
-	// not placed is left for it (not published, not marked), and a placed one goes to the
-	// node stream of its type on its node (streams.NodeStream).
+	// Scheduled says the leader's scheduler places GPU jobs and jobs with constraints
+	// (store.Job.Scheduled): a pending one that it has not placed is left for it (not
+	// published, not marked), and a placed one goes to the node stream of its type on its
+	// node (streams.NodeStream).
 	Scheduled bool
-	// Unplaced, when set, is called after a publish left GPU jobs to the scheduler: the
+	// Unplaced, when set, is called after a publish left jobs to the scheduler: the
 	// wiring wakes it.
 	Unplaced func()
 	// Logger (default slog.Default()).
@@ -217,7 +218,7 @@ func (o *Outbox[S]) xadd(ctx context.Context, jobs []store.Job, traces []string,
 			o.log.Error("job of an unconfigured type cannot be published", "job_id", j.ID, "type", j.Type)
 			continue
 		}
-		if o.scheduled && j.GPUMemoryMB > 0 && j.Status == store.JobPending {
+		if o.scheduled && j.Scheduled() && j.Status == store.JobPending {
 			if j.PlacedNode == "" {
 				unplaced = true
 				continue // the scheduler's to place, and then to publish

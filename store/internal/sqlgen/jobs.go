@@ -180,11 +180,11 @@ func (e Executor) JobCountPending(ctx context.Context, types, excludeIDs []strin
 	return e.countByType(ctx, "count pending jobs", q+` GROUP BY type`, args, out)
 }
 
-// JobCountUnplaced counts, by type, the pending GPU jobs that wait for the scheduler: not
-// placed and not enqueued (idx_jobs_dispatch).
+// JobCountUnplaced counts, by type, the pending jobs that wait for the scheduler: not placed
+// and not enqueued (idx_jobs_dispatch).
 func (e Executor) JobCountUnplaced(ctx context.Context) (map[string]int, error) {
-	return e.countByType(ctx, "count unplaced gpu jobs", `SELECT type, COUNT(*) FROM orchestrator_jobs
-		WHERE status = ? AND enqueued = 0 AND gpu_memory_mb > 0 AND lease_token = '' GROUP BY type`,
+	return e.countByType(ctx, "count unplaced jobs", `SELECT type, COUNT(*) FROM orchestrator_jobs
+		WHERE status = ? AND enqueued = 0 AND `+ScheduledJob+` AND lease_token = '' GROUP BY type`,
 		[]any{string(store.JobPending)}, map[string]int{})
 }
 
@@ -223,13 +223,13 @@ func (d *Driver) TakenJob(ctx context.Context, x Querier, id string) (store.Job,
 	return existing, false, nil
 }
 
-// JobListSchedulable returns the due, unplaced pending GPU jobs: up to p.Limit by priority and
-// up to p.Limit oldest first, each once (store.SchedulableParams). Both reads walk the pending
-// jobs not enqueued (idx_jobs_dispatch), which is where unplaced GPU jobs stay.
+// JobListSchedulable returns the due, unplaced pending jobs the scheduler places: up to p.Limit
+// by priority and up to p.Limit oldest first, each once (store.SchedulableParams). Both reads
+// walk the pending jobs not enqueued (idx_jobs_dispatch), which is where unplaced jobs stay.
 func (e Executor) JobListSchedulable(ctx context.Context, p store.SchedulableParams) ([]store.Job, error) {
 	limit := ClampLimit(p.Limit, DispatchLimitDefault, DispatchLimitMax)
 	q := "SELECT " + JobColumnsNoPayload + ` FROM orchestrator_jobs WHERE status = ? AND enqueued = 0
-		AND available_at <= ? AND gpu_memory_mb > 0 AND lease_token = '' ORDER BY `
+		AND available_at <= ? AND ` + ScheduledJob + ` AND lease_token = '' ORDER BY `
 	args := []any{string(store.JobPending), e.d.Time(p.Now)}
 	var out []store.Job
 	seen := map[string]bool{}

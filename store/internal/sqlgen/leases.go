@@ -81,6 +81,27 @@ func (e Executor) LeaseExpiredNodes(ctx context.Context, jobIDs []string) (map[s
 	return out, nil
 }
 
+// LeaseJobsPerNode counts the jobs of types with an active lease, per type, agent and node:
+// the active leases (idx_leases_status_expires; as many as jobs run and are placed) joined to
+// their jobs.
+func (e Executor) LeaseJobsPerNode(ctx context.Context, types []string) ([]store.NodeJobCount, error) {
+	types = DistinctIDs(types)
+	if len(types) == 0 {
+		return nil, nil
+	}
+	out, err := query(ctx, e.d, e.r, func(row Scanner) (store.NodeJobCount, error) {
+		var c store.NodeJobCount
+		return c, row.Scan(&c.Type, &c.Agent, &c.Node, &c.Jobs)
+	}, `SELECT j.type, j.agent, l.node_id, COUNT(*) FROM orchestrator_leases l
+		JOIN orchestrator_jobs j ON j.job_id = l.job_id
+		WHERE l.status = ? AND l.job_id IS NOT NULL AND j.type IN (`+Placeholders(len(types))+`)
+		GROUP BY j.type, j.agent, l.node_id`, append([]any{string(store.LeaseActive)}, Args(types)...)...)
+	if err != nil {
+		return nil, fmt.Errorf("count jobs per node: %w", err)
+	}
+	return out, nil
+}
+
 // leasesByToken reads the leases of tokens (distinct) on x.
 func (e Executor) leasesByToken(ctx context.Context, x Reader, tokens []string, forUpdate bool) ([]store.Lease, error) {
 	return chunked(tokens, e.d.Chunk, func(chunk []string) ([]store.Lease, error) {

@@ -287,6 +287,9 @@ func TruncateUTF8(s string, n int) string {
 	return s
 }
 
+// ScheduledJob is the condition of a job the scheduler places (store.Job.Scheduled).
+const ScheduledJob = `(gpu_memory_mb > 0 OR constraints IS NOT NULL)`
+
 // Dispatchable is the FROM, WHERE, ORDER BY and LIMIT of store.JobExecutor.JobListDispatchable,
 // for a limit the driver has clamped.
 func (d *Driver) Dispatchable(p store.DispatchParams, limit int) (string, []any) {
@@ -297,7 +300,7 @@ func (d *Driver) Dispatchable(p store.DispatchParams, limit int) (string, []any)
 		args = append(args, d.Time(p.SubmittedBy))
 	}
 	if p.Scheduled {
-		q += ` AND (gpu_memory_mb = 0 OR placed_node <> '')`
+		q += ` AND (NOT ` + ScheduledJob + ` OR placed_node <> '')`
 	}
 	return q + ` ORDER BY available_at, job_id LIMIT ?`, append(args, limit)
 }

@@ -2,6 +2,7 @@ package sqlgen
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -47,8 +48,9 @@ func NewJob(p store.JobInsertParams) store.Job {
 		ID: p.ID, Type: p.Type, Agent: p.Agent, Payload: payload,
 		Status: store.JobPending, MaxAttempts: p.MaxAttempts, AvailableAt: avail,
 		GPUMemoryMB: p.GPUMemoryMB, GPUs: p.GPUs, GPUExclusive: p.GPUExclusive, Priority: p.Priority,
-		Timeout:   p.Timeout.Truncate(time.Millisecond),
-		CreatedAt: now, UpdatedAt: now,
+		Constraints: p.Constraints,
+		Timeout:     p.Timeout.Truncate(time.Millisecond),
+		CreatedAt:   now, UpdatedAt: now,
 	}
 }
 
@@ -56,15 +58,25 @@ func NewJob(p store.JobInsertParams) store.Job {
 // are a row's arguments.
 const (
 	InsertJob = `INSERT INTO orchestrator_jobs (job_id, type, agent, payload, status, attempts,
-		max_attempts, available_at, enqueued, gpu_memory_mb, gpus, gpu_exclusive, priority, timeout_ms,
-		created_at, updated_at) VALUES `
-	JobRow = "(?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)"
+		max_attempts, available_at, enqueued, gpu_memory_mb, gpus, gpu_exclusive, priority, constraints,
+		timeout_ms, created_at, updated_at) VALUES `
+	JobRow = "(?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 // JobArgs are the arguments of j's JobRow.
 func (enc Encoding) JobArgs(j store.Job) []any {
 	return []any{j.ID, j.Type, j.Agent, JSONArg(j.Payload), string(j.Status), j.MaxAttempts,
-		enc.Time(j.AvailableAt), j.GPUMemoryMB, j.GPUs, j.GPUExclusive, j.Priority, j.Timeout.Milliseconds(), enc.Time(j.CreatedAt), enc.Time(j.CreatedAt)}
+		enc.Time(j.AvailableAt), j.GPUMemoryMB, j.GPUs, j.GPUExclusive, j.Priority, constraintsArg(j.Constraints),
+		j.Timeout.Milliseconds(), enc.Time(j.CreatedAt), enc.Time(j.CreatedAt)}
+}
+
+// constraintsArg is the constraints column of a job: NULL when it has none.
+func constraintsArg(c *store.Constraints) any {
+	if c.Empty() {
+		return nil
+	}
+	raw, _ := json.Marshal(c) // maps and slices of strings, and an int: it cannot fail
+	return string(raw)
 }
 
 // JobInsertMany inserts new pending jobs with one multi-row INSERT per chunk, all or none: when

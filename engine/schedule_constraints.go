@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpuorch/orchestrator/leases"
+	"github.com/gpuorch/orchestrator/store"
+)
+
+// ReasonConstraints starts the waiting reason of a GPU job that no node with a live worker of
+// its type passes the constraints of now.
+const ReasonConstraints = "constraints"
+
+// leasedJobs counts the jobs of one type that hold an active lease (running, or placed), by
+// agent and node.
+type leasedJobs map[string]map[string]int
+
+func (l leasedJobs) add(agent, node string, n int) {
+	if l[agent] == nil {
+		l[agent] = map[string]int{}
+	}
+	l[agent][node] += n
+}
+
+// onNode is how many of the type's jobs, of every agent, hold a lease on node.
+func (l leasedJobs) onNode(node string) int {
+	n := 0
+	for _, nodes := range l {
+		n += nodes[node]
+	}
+	return n
+}
+
+// jobsPerNode reads, for the types of the waiting jobs that have max_per_node or need no GPU
+// (placed by worker slots), how many jobs of the type hold an active lease on each node, by
+// agent. Inside the pass's transaction, after the GPU rows are locked: only a pass places
+// scheduled jobs, and every lease that ends makes a count smaller, so no count grows under
+// the pass.
+func jobsPerNode(ctx context.Context, tx store.Tx, waiting []store.Job) (map[string]leasedJobs, error) {
+	var types []string
+	for _, j := range waiting {
+		if j.GPUMemoryMB == 0 || (j.Constraints != nil && j.Constraints.MaxPerNode > 0) {
+			types = append(types, j.Type)
+		}
+	}
+	if len(types) == 0 {
+		return nil, nil
+	}
+	counts, err := tx.LeaseJobsPerNode(ctx, types)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]leasedJobs, len(types))
+	for _, t := range types {
+		out[t] = leasedJobs{}
+	}
+	for _, c := range counts {
+		if l := out[c.Type]; l != nil {
+			l.add(c.Agent, c.Node, c.Jobs)
+		}
+	}
+	return out, nil
+}
+
+// constrain returns the nodes among nodes that j's constraints allow now, and when there are
+// none, the waiting reason that says why of each (at most five named).
+func (s *schedulePass) constrain(j *store.Job, nodes []string) ([]string, string) {
+	c := j.Constraints
+	var out, refused []string
+	for _, n := range nodes {
+		ok, rule := c.Matches(n, s.labels[n])
+		if ok && c.MaxPerNode > 0 {
+			if have := s.leased[j.Type][j.Agent][n]; have >= c.MaxPerNode {
+				ok, rule = false, fmt.Sprintf("max_per_node: %d of type %s and agent %s there", have, j.Type, j.Agent)
+			}
+		}
+		switch {
+		case ok:
+			out = append(out, n)
+		case len(refused) < 5:
+			refused = append(refused, fmt.Sprintf("%s (%s)", n, rule))
+		}
+	}
+	if len(out) > 0 {
+		return out, ""
+	}
+	more := ""
+	if n := len(nodes) - len(refused); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	return nil, fmt.Sprintf("%s: no node with a live worker of type %s passes them now: %s%s", ReasonConstraints, j.Type,
+		strings.Join(refused, ", "), more)
+}
+
+// selectorLabels reads the registered nodes' labels when a waiting job has a node selector
+// (nil otherwise): each pass reads them afresh.
+func (e *Engine) selectorLabels(ctx context.Context, waiting []store.Job) (map[string]map[string]string, error) {
+	if !slices.ContainsFunc(waiting, func(j store.Job) bool { return j.Constraints != nil && len(j.Constraints.NodeSelector) > 0 }) {
+		return nil, nil
+	}
+	nodes, err := e.store.NodeList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("schedule gpu jobs: read the nodes' labels: %w", err)
+	}
+	out := make(map[string]map[string]string, len(nodes))
+	for _, n := range nodes {
+		out[n.ID] = n.Labels
+	}
+	return out, nil
+}
+
+// placeCPU places j, a job that needs no GPU (it is scheduled for its constraints), on the node
+// among nodes with the most free worker slots of its type: the slots of the live workers of
+// the type there, less the jobs of the type that hold a lease there (running, or placed and
+// not yet claimed). Ties go to the first node id; a node where a lease of the job expired
+// comes last. So a placed job is claimed as soon as it is read, and a node's stream never
+// holds more of the type's jobs than its workers can take. When every node is full the job
+// waits, no_capacity, naming each node's slots.
+func (s *schedulePass) placeCPU(j *store.Job, nodes []string) error {
+	best, bestFree, bestAvoided := "", 0, false
+	var full []string
+	for _, n := range nodes {
+		slots := s.slots[j.Type][n] + s.slots["*"][n]
+		used := s.leased[j.Type].onNode(n)
+		free := slots - used
+		if free <= 0 {
+			if len(full) < 5 {
+				full = append(full, fmt.Sprintf("%s: %d of %d", n, used, slots))
+			}
+			continue
+		}
+		avoided := slices.Contains(s.avoid[j.ID], n)
+		if best == "" || (bestAvoided && !avoided) || (avoided == bestAvoided && free > bestFree) {
+			best, bestFree, bestAvoided = n, free, avoided
+		}
+	}
+	if best != "" {
+		return s.placeOn(j, best)
+	}
+	s.wait(j, fmt.Sprintf("%s: every node that runs type %s has its worker slots taken (%s)", leases.ReasonNoCapacity,
+		j.Type, strings.Join(full, ", ")))
+	return nil
+}
+
+// leaseMode is the mode of the lease a placement reserves for j: a GPU job's holds memory on
+// its GPUs; another job's holds its node only.
+func leaseMode(j *store.Job) store.LeaseMode {
+	if j.GPUMemoryMB > 0 {
+		return store.LeaseGPU
+	}
+	return store.LeaseCPU
+}
