@@ -26,14 +26,7 @@ func (s *Server) listGPUs(c *gin.Context) {
 	}
 	out := wire.GPUList{GPUs: make([]wire.GPU, 0, len(gpus))}
 	for _, g := range gpus {
-		out.GPUs = append(out.GPUs, wire.GPU{
-			NodeID: g.NodeID, Index: g.Index, UUID: g.UUID, Name: g.Name,
-			MemoryTotalMB: g.MemoryTotalMB, MemoryUsedMB: g.MemoryUsedMB, MemoryReservedMB: g.ReservedMB,
-			MemoryFreeMB: g.FreeMB, UtilizationPct: g.UtilizationPct, TemperatureC: g.TemperatureC,
-			PowerWatts: g.PowerWatts, ActiveLeases: g.Leases, Exclusive: g.Exclusive, Lost: g.Lost,
-			LostReason: g.LostReason, Source: g.Source, UpdatedAt: g.UpdatedAt.UTC(),
-			AgeSeconds: g.Age.Seconds(), Fresh: g.Fresh,
-		})
+		out.GPUs = append(out.GPUs, gpuToWire(g))
 	}
 	c.JSON(http.StatusOK, out)
 }

@@ -88,7 +88,8 @@ func renewParams(req wire.RenewRequest) (leases.RenewParams, error) {
 		case len(t.GPUs)+len(t.Lost) > maxTelemetryGPUs:
 			return p, badRequest("telemetry.gpus", "at most %d GPUs per node", maxTelemetryGPUs)
 		}
-		snap := telemetry.Snapshot{NodeID: t.NodeID, Taken: t.Taken, Source: t.Source}
+		snap := telemetry.Snapshot{NodeID: t.NodeID, Taken: t.Taken, Source: t.Source,
+			DriverVersion: t.DriverVersion, CUDAVersion: t.CUDAVersion}
 		seen := map[int]bool{}
 		for i, g := range t.GPUs {
 			field := fmt.Sprintf("telemetry.gpus[%d]", i)
@@ -102,7 +103,7 @@ func renewParams(req wire.RenewRequest) (leases.RenewParams, error) {
 			snap.GPUs = append(snap.GPUs, telemetry.GPU{Index: g.Index, UUID: g.UUID, Name: g.Name,
 				MemoryTotalMB: g.MemoryTotalMB, MemoryUsedMB: g.MemoryUsedMB,
 				MemoryFreeMB: max(g.MemoryTotalMB-g.MemoryUsedMB, 0), UtilizationPct: g.UtilizationPct,
-				TemperatureC: g.TemperatureC, PowerWatts: g.PowerWatts})
+				TemperatureC: g.TemperatureC, PowerWatts: g.PowerWatts, MIG: g.MIG})
 		}
 		for i, g := range t.Lost {
 			if g.Index < 0 || seen[g.Index] {

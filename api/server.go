@@ -26,6 +26,7 @@ import (
 	"github.com/gpuorch/orchestrator/internal/logging"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/metrics"
+	"github.com/gpuorch/orchestrator/nodes"
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/store"
 )
@@ -108,6 +109,7 @@ type Server struct {
 	requests  *Metrics // registered on metrics
 	admission *admission.Controller
 	pools     *pools.Service
+	nodes     *nodes.Service // nil without a store.Store (nodesOf)
 	handler   *gin.Engine
 	feeds     feedCounter // the open event streams per token (events.go)
 	// batchSlots holds a token per large POST /jobs/submit_batch being read or worked on
@@ -144,6 +146,7 @@ func New(opts Options) *Server {
 	s.tokens.Store(opts.Auth.Tokens)
 	s.admission = opts.Admission
 	s.pools = opts.Pools
+	s.nodes = nodesOf(opts)
 	slots := config.SubmitBatchConcurrencyDefault
 	if s.cfg != nil && s.cfg.SubmitBatchConcurrency > 0 {
 		slots = s.cfg.SubmitBatchConcurrency
@@ -206,6 +209,10 @@ func (s *Server) routes() *gin.Engine {
 	r.POST("/leases/:token/heartbeat", agents, s.heartbeatLease)
 	r.POST("/leases/:token/release", agents, s.releaseLease)
 	r.GET("/gpus", agents, s.listGPUs)
+	r.GET("/nodes", agents, s.nodesEnabled, s.listNodes)
+	r.GET("/nodes/:id", agents, s.nodesEnabled, s.getNode)
+	r.POST("/nodes/:id/cordon", s.requireRole(RoleAdmin), s.nodesEnabled, s.cordonNode)
+	r.POST("/nodes/:id/uncordon", s.requireRole(RoleAdmin), s.nodesEnabled, s.uncordonNode)
 
 	r.GET("/control/admission", s.requireRole(RoleAdmin), s.getAdmission)
 	r.PUT("/control/admission", s.requireRole(RoleAdmin), s.putAdmission)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gpuorch/orchestrator/nodelabels"
 )
 
 // Defaults.
@@ -106,6 +108,11 @@ type Config struct {
 	EmbeddedRedisAddr string `yaml:"embedded_redis_addr"`
 	// NodeID names this host (ORCH_NODE_ID; default: the hostname).
 	NodeID string `yaml:"node_id"`
+	// NodeLabels are this node's labels, which its workers send with their registration to
+	// the node registry (ORCH_NODE_LABELS=zone=a,tier=prod replaces the file's): keys and
+	// values of A-Z a-z 0-9 . _ : - (keys up to 63, values up to 128), at most 32, no key
+	// starting with "gpu." (the orchestrator sets those from telemetry).
+	NodeLabels map[string]string `yaml:"node_labels"`
 	// TokensFile holds the API tokens as SHA-256 hashes with their roles (ORCH_TOKENS_FILE).
 	TokensFile string `yaml:"tokens_file"`
 	// MaxPayloadBytes caps a job payload (ORCH_MAX_PAYLOAD_BYTES).
@@ -353,6 +360,13 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	}
 	if err := c.applySecurityEnv(getenv); err != nil {
 		return err
+	}
+	if v := getenv("ORCH_NODE_LABELS"); v != "" {
+		labels, err := nodelabels.Parse(v)
+		if err != nil {
+			return fmt.Errorf("config: ORCH_NODE_LABELS: %w", err)
+		}
+		c.NodeLabels = labels
 	}
 	if v := getenv("ORCH_WORKER_TYPES"); v != "" {
 		c.Worker.Types = splitList(v)

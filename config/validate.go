@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpuorch/orchestrator/nodelabels"
 )
 
 // Validate fails fast on a configuration that cannot work, naming the key.
@@ -145,6 +147,9 @@ func (c *Config) validateWorker() []error {
 		if _, ok := c.JobTypes[t]; !ok {
 			bad("worker.types: unknown job type %q", t)
 		}
+	}
+	if err := nodelabels.Validate("node_labels", c.NodeLabels); err != nil {
+		bad("%s", err)
 	}
 	return errs
 }

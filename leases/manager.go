@@ -83,6 +83,7 @@ type Manager struct {
 	shape  shape // the cluster's GPUs, for Unsatisfiable
 	// recorded: see Options.Recorded.
 	recorded func(nodeID string)
+	seen     nodeSeen // the node registry rows this instance wrote (node_labels.go)
 }
 
 // New returns a Manager over st. It fails on an invalid configuration.

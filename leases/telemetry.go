@@ -18,7 +18,8 @@ import (
 // A snapshot of a CPU-only provider (Source none) records nothing: it knows no GPU, and it must
 // not erase the rows another reporter of the same node wrote (an orchestrator without GPUs on
 // the host of a GPU worker, both named after the host). It is the telemetry.Sink of the
-// orchestrator's own poller.
+// orchestrator's own poller. The node's automatic labels (gpu.*) go to the node registry when
+// they changed, and every NodeSeenInterval otherwise.
 func (m *Manager) RecordSnapshot(ctx context.Context, snap telemetry.Snapshot) error {
 	if snap.Source == telemetry.SourceNone || snap.NodeID == "" {
 		return nil
@@ -36,8 +37,12 @@ func (m *Manager) RecordSnapshot(ctx context.Context, snap telemetry.Snapshot) e
 			UtilizationPct: telemetry.Unknown, TemperatureC: telemetry.Unknown, PowerWatts: telemetry.Unknown,
 			Source: snap.Source})
 	}
-	if err := m.store.GPUUpsertSnapshot(ctx, store.GPUSnapshot{NodeID: snap.NodeID, GPUs: devs, Now: m.nowUTC()}); err != nil {
+	now := m.nowUTC()
+	if err := m.store.GPUUpsertSnapshot(ctx, store.GPUSnapshot{NodeID: snap.NodeID, GPUs: devs, Now: now}); err != nil {
 		return fmt.Errorf("record telemetry of node %s: %w", snap.NodeID, err)
+	}
+	if err := m.recordNode(ctx, snap, now); err != nil {
+		return err
 	}
 	if m.recorded != nil && len(devs) > 0 {
 		m.recorded(snap.NodeID)

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/gpuorch/orchestrator/internal/ident"
+	"github.com/gpuorch/orchestrator/nodelabels"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -28,6 +29,9 @@ type RegisterParams struct {
 	PID         int
 	Types       []string
 	Concurrency int
+	// NodeLabels are the node's configured labels (nil: the node's are kept); recorded in the
+	// node registry when NodeID is set.
+	NodeLabels map[string]string
 }
 
 // HeartbeatParams is one worker heartbeat (POST /internal/workers/{id}/heartbeat).
@@ -66,13 +70,18 @@ func (s *Service) RegisterWorker(ctx context.Context, p RegisterParams) (Instruc
 		if err := tx.WorkerUpsert(ctx, w); err != nil {
 			return err
 		}
+		if p.NodeID != "" {
+			if err := tx.NodeUpsert(ctx, p.NodeID, p.NodeLabels, now); err != nil {
+				return err
+			}
+		}
 		var err error
 		if out, err = poolInstruction(ctx, tx, p.PoolID, store.InstructionNone); err != nil {
 			return err
 		}
 		return tx.AuditInsert(ctx, []store.AuditEvent{auditEvent(EventWorkerRegistered, p.PoolID, now,
 			"worker:"+p.WorkerID, map[string]any{"worker_id": p.WorkerID, "node_id": p.NodeID,
-				"hostname": p.Hostname, "pid": p.PID, "types": p.Types, "concurrency": p.Concurrency})})
+				"hostname": p.Hostname, "pid": p.PID, "types": p.Types, "concurrency": p.Concurrency, "node_labels": p.NodeLabels})})
 	})
 	if err != nil {
 		return Instruction{}, fmt.Errorf("register worker %s: %w", p.WorkerID, err)
@@ -195,6 +204,11 @@ func validateRegister(p RegisterParams) error {
 	}
 	if slices.ContainsFunc(p.Types, func(t string) bool { return t == "" || len(t) > 64 }) {
 		return invalid("types", "a job type name is 1 to 64 characters")
+	}
+	if err := nodelabels.Validate("node_labels", p.NodeLabels); err != nil {
+		var le *nodelabels.Error
+		errors.As(err, &le)
+		return invalid(le.Field, "%s", le.Message)
 	}
 	return nil
 }

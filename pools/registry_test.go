@@ -92,6 +92,10 @@ func TestRegistry(t *testing.T) {
 				_, err := b.svc.RegisterWorker(t.Context(), RegisterParams{WorkerID: "w", PoolID: "bad pool"})
 				return err
 			}()},
+			{"node_labels.gpu.count", func() error {
+				_, err := b.svc.RegisterWorker(t.Context(), RegisterParams{WorkerID: "w", NodeLabels: map[string]string{"gpu.count": "9"}})
+				return err
+			}()},
 			{"status", func() error {
 				_, err := b.svc.HeartbeatWorker(t.Context(), HeartbeatParams{WorkerID: "w", Status: store.WorkerOffline})
 				return err
@@ -106,4 +110,26 @@ func TestRegistry(t *testing.T) {
 			require.Equal(t, tc.field, ve.Field)
 		}
 	})
+}
+
+// TestRegisterRecordsNode: a registration records its node in the registry with the worker's
+// configured labels, and a later one replaces them (an empty set clears them).
+func TestRegisterRecordsNode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.svc.RegisterWorker(ctx, RegisterParams{WorkerID: "w", NodeID: "node-l", Types: []string{"noop"},
+		NodeLabels: map[string]string{"zone": "a"}})
+	require.NoError(t, err)
+	n, err := b.st.NodeGet(ctx, "node-l")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"zone": "a"}, n.Labels)
+	require.True(t, b.clock.Now().Equal(n.LastSeen))
+
+	_, err = b.svc.RegisterWorker(ctx, RegisterParams{WorkerID: "w", NodeID: "node-l", Types: []string{"noop"},
+		NodeLabels: map[string]string{}})
+	require.NoError(t, err)
+	n, err = b.st.NodeGet(ctx, "node-l")
+	require.NoError(t, err)
+	require.Empty(t, n.Labels)
 }

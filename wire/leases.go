@@ -103,6 +103,8 @@ type GPUTelemetry struct {
 	UtilizationPct int     `json:"utilization_pct"`
 	TemperatureC   int     `json:"temperature_c"`
 	PowerWatts     float64 `json:"power_watts"`
+	// MIG is the GPU's MIG mode, "enabled" or "disabled"; left out when unknown.
+	MIG string `json:"mig,omitempty"`
 }
 
 // LostGPUTelemetry is a GPU the node counts but cannot use.
@@ -119,6 +121,10 @@ type NodeTelemetry struct {
 	Source string             `json:"source"` // nvml | simulated | none
 	GPUs   []GPUTelemetry     `json:"gpus"`
 	Lost   []LostGPUTelemetry `json:"lost,omitempty"`
+	// DriverVersion and CUDAVersion are the GPU driver's version and the CUDA version it
+	// supports, when known: the node's gpu.driver and gpu.cuda labels.
+	DriverVersion string `json:"driver_version,omitempty"`
+	CUDAVersion   string `json:"cuda_version,omitempty"`
 }
 
 // RenewRequest is the body of POST /internal/leases/renew: a worker renews the leases of its

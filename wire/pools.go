@@ -143,6 +143,10 @@ type RegisterWorkerRequest struct {
 	PID         int      `json:"pid,omitempty"`
 	Types       []string `json:"types"`
 	Concurrency int      `json:"concurrency"`
+	// NodeLabels are the labels the worker's configuration gives its node (node_labels): the
+	// full configured set, which replaces the node's configured labels ({} clears them; left
+	// out, as an older worker does, they are kept).
+	NodeLabels map[string]string `json:"node_labels"`
 }
 
 // WorkerHeartbeatRequest is the body of POST /internal/workers/{id}/heartbeat.

@@ -57,6 +57,9 @@ type Config struct {
 	// PoolID and NodeID are sent with claims (GPU leases are placed on NodeID's GPUs).
 	PoolID string
 	NodeID string
+	// NodeLabels are the node's configured labels (config node_labels), sent with the
+	// registration; validated by config.
+	NodeLabels map[string]string
 	// Types are the job types served (name, stream, handler). Required.
 	Types []*config.JobType
 	// Concurrency is how many jobs run at once, over all types (config.WorkerConcurrencyDefault).

@@ -129,8 +129,15 @@ func (m *membership) registration() wire.RegisterWorkerRequest {
 		types = append(types, name)
 	}
 	sort.Strings(types)
+	// Always the full set, {} for none: the registry then forgets labels removed from the
+	// configuration.
+	labels := m.w.cfg.NodeLabels
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	return wire.RegisterWorkerRequest{WorkerID: m.w.cfg.WorkerID, PoolID: m.w.cfg.PoolID,
-		NodeID: m.w.cfg.NodeID, Hostname: host, PID: os.Getpid(), Types: types, Concurrency: m.w.cfg.Concurrency}
+		NodeID: m.w.cfg.NodeID, Hostname: host, PID: os.Getpid(), Types: types, Concurrency: m.w.cfg.Concurrency,
+		NodeLabels: labels}
 }
 
 // heartbeat is the worker's state now; the telemetry snapshot when it reads the node's GPUs.

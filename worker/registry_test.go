@@ -100,6 +100,7 @@ func TestMembership(t *testing.T) {
 		reg := &fakeRegistrar{failRegister: 2, forget: true}
 		cfg := b.cfg(jobType("noop", "noop"))
 		cfg.Registrar, cfg.HeartbeatInterval, cfg.Hostname = reg, 10*time.Millisecond, "gpu-7"
+		cfg.NodeLabels = map[string]string{"zone": "a"}
 		cancel, done := runWorker(t, cfg)
 
 		b.publish(t, "noop", "noop", `{}`, "j1", "j2")
@@ -113,7 +114,7 @@ func TestMembership(t *testing.T) {
 		regs, beats, deregistered := reg.snapshot()
 		require.Len(t, regs, 2, "registered after two refusals, and again after the registry forgot it")
 		require.Equal(t, wire.RegisterWorkerRequest{WorkerID: "w1", PoolID: "p1", NodeID: "n1", Hostname: "gpu-7",
-			PID: os.Getpid(), Types: []string{"noop"}, Concurrency: 8}, regs[0])
+			PID: os.Getpid(), Types: []string{"noop"}, Concurrency: 8, NodeLabels: map[string]string{"zone": "a"}}, regs[0])
 		require.Equal(t, wire.WorkerIdle, beats[0].Status)
 		require.Equal(t, 1, deregistered, "a clean exit deregisters")
 	})

@@ -186,11 +186,11 @@ func followReserved(sim *telemetry.Simulated, reserved []wire.GPUReservation) {
 // telemetryToWire converts a snapshot for the renew call; the node is the worker's.
 func telemetryToWire(s telemetry.Snapshot, nodeID string) *wire.NodeTelemetry {
 	out := &wire.NodeTelemetry{NodeID: nodeID, Taken: s.Taken.UTC(), Source: s.Source,
-		GPUs: make([]wire.GPUTelemetry, 0, len(s.GPUs))}
+		GPUs: make([]wire.GPUTelemetry, 0, len(s.GPUs)), DriverVersion: s.DriverVersion, CUDAVersion: s.CUDAVersion}
 	for _, g := range s.GPUs {
 		out.GPUs = append(out.GPUs, wire.GPUTelemetry{Index: g.Index, UUID: g.UUID, Name: g.Name,
 			MemoryTotalMB: g.MemoryTotalMB, MemoryUsedMB: g.MemoryUsedMB, UtilizationPct: g.UtilizationPct,
-			TemperatureC: g.TemperatureC, PowerWatts: g.PowerWatts})
+			TemperatureC: g.TemperatureC, PowerWatts: g.PowerWatts, MIG: g.MIG})
 	}
 	for _, g := range s.Lost {
 		out.Lost = append(out.Lost, wire.LostGPUTelemetry{Index: g.Index, UUID: g.UUID, Reason: g.Reason})

@@ -128,6 +128,7 @@ func devWorker(cfg *config.Config, sc *streams.Client, self selfAPI) (*worker.Wo
 		WorkerID:      devWorkerID(cfg),
 		PoolID:        devPoolID,
 		NodeID:        cfg.NodeID,
+		NodeLabels:    cfg.NodeLabels,
 		Types:         types,
 		Concurrency:   cfg.Worker.Concurrency,
 		Batch:         cfg.Worker.Batch,

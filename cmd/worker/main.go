@@ -236,6 +236,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		WorkerID:          cfg.Worker.ID,
 		PoolID:            cfg.Worker.PoolID,
 		NodeID:            cfg.NodeID,
+		NodeLabels:        cfg.NodeLabels,
 		Types:             types,
 		Concurrency:       cfg.Worker.Concurrency,
 		Batch:             cfg.Worker.Batch,

@@ -68,10 +68,15 @@ func (e Executor) NodeUpsert(ctx context.Context, id string, labels map[string]s
 // NodeList returns every node, by id.
 func (e Executor) NodeList(ctx context.Context) ([]store.Node, error) {
 	nodes, err := query(ctx, e.d, e.r, e.d.scanNode, "SELECT "+nodeColumns+" FROM nodes ORDER BY node_id")
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
+	return nodes, wrapErr("list nodes", err)
+}
+
+// wrapErr says what failed; nil stays nil.
+func wrapErr(what string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return nodes, nil
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // NodeGet returns one node or store.ErrNotFound.
