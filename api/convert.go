@@ -32,6 +32,9 @@ func jobToWire(j store.Job) wire.Job {
 		GPUExclusive:  j.GPUExclusive && j.GPUMemoryMB > 0,
 		WaitingReason: waitingReason(j),
 		PlacedNode:    placedNode(j),
+		PlacedPool:    placedPool(j),
+		PoolID:        j.PoolID,
+		ModelID:       j.ModelID,
 		Constraints:   constraintsToWire(j.Constraints),
 		Priority:      j.Priority,
 		Timeout:       wire.Duration(j.Timeout),
@@ -57,7 +60,17 @@ func placedNode(j store.Job) string {
 	if j.Status != store.JobPending {
 		return ""
 	}
-	return j.PlacedNode
+	node, _ := store.SplitTarget(j.PlacedNode)
+	return node
+}
+
+// placedPool is the pool j is placed for while it is pending ("" for any worker of its node).
+func placedPool(j store.Job) string {
+	if j.Status != store.JobPending {
+		return ""
+	}
+	_, pool := store.SplitTarget(j.PlacedNode)
+	return pool
 }
 
 // constraintsToWire is a job's constraints as the API shows them (nil: none).

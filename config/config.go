@@ -231,6 +231,9 @@ type JobType struct {
 	QueueLimit int `yaml:"queue_limit"`
 	// CPUFallback is a CPU job type that takes the type's submits while its queue is full.
 	CPUFallback string `yaml:"cpu_fallback"`
+	// WaitForModel lets a submit name a model_id that no pool serves yet: the job waits
+	// (no_pool_for_model) for a pool of the model instead of the submit being refused.
+	WaitForModel bool `yaml:"wait_for_model"`
 }
 
 // Backoff is a capped exponential backoff with jitter.

@@ -212,6 +212,10 @@ func adopt(ctx context.Context, tx store.Tx, p ClaimParams, claimable []candidat
 		case l.NodeID != p.NodeID:
 			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedPlacedElsewhere,
 				Detail: "placed on node " + l.NodeID})
+		case !ownTarget(c.job.PlacedNode, p):
+			_, pool := store.SplitTarget(c.job.PlacedNode)
+			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedPlacedElsewhere,
+				Detail: "placed for the workers of pool " + pool})
 		default:
 			renew = append(renew, l.Token)
 		}

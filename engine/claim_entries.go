@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
 
@@ -38,9 +39,9 @@ func (e *Engine) checkEntries(ctx context.Context, p ClaimParams) (map[entryKey]
 	}
 	var entries []streams.PendingEntry
 	for _, it := range p.Items {
-		base, node, placed := streams.SplitNodeStream(it.Stream)
+		base, target, placed := streams.SplitNodeStream(it.Stream)
 		t := e.cfg.TypeOfStream(base)
-		if t == nil || !streams.IsEntryID(it.MessageID) || (placed && node != p.NodeID) {
+		if t == nil || !streams.IsEntryID(it.MessageID) || (placed && !ownTarget(target, p)) {
 			continue
 		}
 		entries = append(entries, streams.PendingEntry{
@@ -68,13 +69,27 @@ func (e *Engine) checkEntries(ctx context.Context, p ClaimParams) (map[entryKey]
 }
 
 // wasDelivered reports whether c's item is an entry of its job type's stream (or of the type's
-// stream of nodeID, the claiming worker's node) that Redis delivered to the claiming consumer.
-func (e *Engine) wasDelivered(delivered map[entryKey]bool, c candidate, nodeID string) bool {
+// stream of a placement target of the claiming worker: its node, or its pool there) that Redis
+// delivered to the claiming consumer.
+func (e *Engine) wasDelivered(delivered map[entryKey]bool, c candidate, p ClaimParams) bool {
 	t := e.cfg.JobType(c.job.Type)
-	if t == nil || (c.item.Stream != t.Stream && c.item.Stream != streams.NodeStream(t.Stream, nodeID)) {
+	if t == nil {
 		return false
 	}
+	if c.item.Stream != t.Stream {
+		base, target, placed := streams.SplitNodeStream(c.item.Stream)
+		if !placed || base != t.Stream || !ownTarget(target, p) {
+			return false
+		}
+	}
 	return delivered[entryKey{c.item.Stream, c.item.MessageID}]
+}
+
+// ownTarget reports whether a placement target is the claiming worker's: its node, or its pool
+// on its node.
+func ownTarget(target string, p ClaimParams) bool {
+	node, pool := store.SplitTarget(target)
+	return node == p.NodeID && (pool == "" || pool == p.PoolID)
 }
 
 // admit keeps the candidates p may claim: of a type in its scope (p.Types) and, with
@@ -89,7 +104,7 @@ func (e *Engine) admit(p ClaimParams, delivered map[entryKey]bool, cands []candi
 			continue
 		}
 		if p.CheckEntries && (c.item.MessageID == "" || c.item.MessageID != c.job.StreamID) {
-			if !e.wasDelivered(delivered, c, p.NodeID) {
+			if !e.wasDelivered(delivered, c, p) {
 				res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedNotDelivered})
 				continue
 			}

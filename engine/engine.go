@@ -50,6 +50,8 @@ type Engine struct {
 	redisStartsEmpty bool
 	// nodeLabels are the registered nodes' labels submit checks constraints against.
 	nodeLabels nodeLabels
+	// pools are the pools submit checks pool_id and model_id against.
+	pools poolCache
 }
 
 // Options are optional dependencies of New.

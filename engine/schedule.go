@@ -70,7 +70,9 @@ type ScheduleParams struct {
 // Placement is one job the pass placed.
 type Placement struct {
 	JobID, Type, Node string
-	GPUs              []int
+	// Pool is the pool whose workers alone may claim the job there ("" for any).
+	Pool string
+	GPUs []int
 	// Waited is how long the job waited, from its becoming available to its placement.
 	Waited time.Duration
 }
@@ -98,7 +100,11 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	if err != nil || len(waiting) == 0 {
 		return ScheduleResult{Held: Hold{}}, err
 	}
-	nodes, slots, err := e.workerNodes(ctx)
+	nodes, slots, workers, err := e.workerNodes(ctx)
+	if err != nil {
+		return ScheduleResult{}, err
+	}
+	pools, err := e.passPools(ctx, waiting)
 	if err != nil {
 		return ScheduleResult{}, err
 	}
@@ -118,8 +124,8 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	}
 	var pass schedulePass
 	err = e.fenced(ctx, p.Fence, func(tx store.Tx) error {
-		pass = schedulePass{e: e, p: p, now: now, nodes: nodes, slots: slots, cordoned: closed, avoid: avoid, labels: labels,
-			res: ScheduleResult{Waiting: map[string]int{}}}
+		pass = schedulePass{e: e, p: p, now: now, nodes: nodes, slots: slots, workers: workers, pools: pools, cordoned: closed,
+			avoid: avoid, labels: labels, res: ScheduleResult{Waiting: map[string]int{}}}
 		return pass.run(ctx, tx, waiting)
 	})
 	if err != nil {
@@ -156,36 +162,43 @@ func scheduleOrder(a, b store.Job, now time.Time) int {
 }
 
 // workerNodes returns, per job type, the nodes where a live worker (idle or executing) of the
-// type runs, sorted, and the slots (concurrency) of those workers on each node. A worker that
-// names no types runs every type ("*").
-func (e *Engine) workerNodes(ctx context.Context) (nodes map[string][]string, slots map[string]map[string]int, err error) {
+// type runs, sorted; the slots (concurrency) of those workers on each node, by pool ("" for
+// the workers of no pool); and the live workers. A worker that names no types runs every type
+// ("*").
+func (e *Engine) workerNodes(ctx context.Context) (nodes map[string][]string, slots map[string]workerSlots,
+	live []store.Worker, err error) {
 	ws, err := e.store.WorkerList(ctx, "", true)
 	if err != nil {
-		return nil, nil, fmt.Errorf("schedule jobs: %w", err)
+		return nil, nil, nil, fmt.Errorf("schedule jobs: %w", err)
 	}
-	nodes, slots = map[string][]string{}, map[string]map[string]int{}
+	nodes, slots = map[string][]string{}, map[string]workerSlots{}
 	for _, w := range ws {
 		if w.NodeID == "" || (w.Status != store.WorkerIdle && w.Status != store.WorkerExecuting) {
 			continue
 		}
-		types := w.Types
-		if len(types) == 0 {
-			types = []string{"*"}
-		}
-		for _, t := range types {
+		live = append(live, w)
+		for _, t := range workerTypes(w) {
 			if !slices.Contains(nodes[t], w.NodeID) {
 				nodes[t] = append(nodes[t], w.NodeID)
 			}
 			if slots[t] == nil {
-				slots[t] = map[string]int{}
+				slots[t] = workerSlots{}
 			}
-			slots[t][w.NodeID] += max(w.Concurrency, 1)
+			slots[t].add(w.NodeID, w.PoolID, max(w.Concurrency, 1))
 		}
 	}
 	for t := range nodes {
 		slices.Sort(nodes[t])
 	}
-	return nodes, slots, nil
+	return nodes, slots, live, nil
+}
+
+// workerTypes are the types w runs: "*" (every type) when it names none.
+func workerTypes(w store.Worker) []string {
+	if len(w.Types) == 0 {
+		return []string{"*"}
+	}
+	return w.Types
 }
 
 // avoidNodes returns the nodes each waiting job had a lease expire on: its worker was lost
@@ -214,8 +227,11 @@ type schedulePass struct {
 	p     ScheduleParams
 	now   time.Time
 	nodes map[string][]string // type → nodes of its live workers, cordoned ones left out
-	// slots is type → node → the slots of its live workers there (CPU placement).
-	slots map[string]map[string]int
+	// slots is type → the slots of its live workers on each node, by pool (CPU placement).
+	slots map[string]workerSlots
+	// workers are the live workers; pools the pools, read when a waiting job is routed.
+	workers []store.Worker
+	pools   map[string]store.Pool
 	// cordoned is type → the cordoned nodes of its live workers (schedule_cordon.go)
 	cordoned map[string][]string
 	avoid    map[string][]string // job → nodes where a lease of it expired
@@ -294,6 +310,14 @@ func (s *schedulePass) place(j *store.Job) error {
 		s.wait(j, leases.ReasonNoWorker+": no live worker of type "+j.Type+" runs on a node that reports GPUs")
 		return nil
 	}
+	var routes map[string][]string // node → the pools the job may go to there
+	if j.PoolID != "" || j.ModelID != "" {
+		var why string
+		if routes, nodes, why = s.route(j, nodes); len(nodes) == 0 {
+			s.wait(j, why)
+			return nil
+		}
+	}
 	if !j.Constraints.Empty() {
 		var why string
 		if nodes, why = s.constrain(j, nodes); len(nodes) == 0 {
@@ -302,7 +326,7 @@ func (s *schedulePass) place(j *store.Job) error {
 		}
 	}
 	if j.GPUMemoryMB == 0 {
-		return s.placeCPU(j, nodes)
+		return s.placeCPU(j, nodes, routes)
 	}
 	eligible := nodes
 	if s.hold.Node != "" {
@@ -313,12 +337,12 @@ func (s *schedulePass) place(j *store.Job) error {
 		// Another node first: the job's worker was lost on these, or never came.
 		others := slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return slices.Contains(avoid, n) })
 		if node, err := s.cluster.Choose(req, others, policy); err == nil {
-			return s.placeOn(j, node)
+			return s.placeOn(j, node, firstPool(routes, node))
 		}
 	}
 	node, err := s.cluster.Choose(req, eligible, policy)
 	if err == nil {
-		return s.placeOn(j, node)
+		return s.placeOn(j, node, firstPool(routes, node))
 	}
 	d, ok := leases.IsDenial(err)
 	if !ok {
@@ -352,8 +376,9 @@ func (s *schedulePass) place(j *store.Job) error {
 	return nil
 }
 
-// placeOn reserves j's lease on node and plans its placement.
-func (s *schedulePass) placeOn(j *store.Job, node string) error {
+// placeOn reserves j's lease on node and plans its placement there, for pool's workers when
+// pool is not "".
+func (s *schedulePass) placeOn(j *store.Job, node, pool string) error {
 	meta, _ := json.Marshal(struct {
 		Attempt  int    `json:"attempt"`
 		PlacedBy string `json:"placed_by"`
@@ -365,26 +390,27 @@ func (s *schedulePass) placeOn(j *store.Job, node string) error {
 	if err != nil {
 		return fmt.Errorf("place job %s on node %s: %w", j.ID, node, err)
 	}
-	f, empty := false, ""
+	f, empty, target := false, "", store.Target(node, pool)
 	s.updates = append(s.updates, store.JobUpdate{
 		ID: j.ID, From: store.JobPending, To: store.JobPending,
-		LeaseToken: &lease.Token, PlacedNode: &node, Enqueued: &f, WaitingReason: &empty, Now: s.now,
+		LeaseToken: &lease.Token, PlacedNode: &target, Enqueued: &f, WaitingReason: &empty, Now: s.now,
 	})
 	s.leases = append(s.leases, lease)
 	waited := max(s.now.Sub(j.AvailableAt), 0)
 	s.events = append(s.events, s.event(j, EventPlaced, lease.Token, map[string]any{
-		"node_id": node, "gpu_indexes": lease.GPUIndexes, "lease": leases.GrantDetails(lease),
+		"node_id": node, "pool_id": pool, "gpu_indexes": lease.GPUIndexes, "lease": leases.GrantDetails(lease),
 		"priority": j.Priority, "waited_ms": waited.Milliseconds(),
 	}))
 	placed := *j
-	placed.LeaseToken, placed.PlacedNode, placed.Enqueued, placed.WaitingReason = lease.Token, node, false, ""
+	placed.LeaseToken, placed.PlacedNode, placed.Enqueued, placed.WaitingReason = lease.Token, target, false, ""
 	s.placed = append(s.placed, placed)
-	s.res.Placed = append(s.res.Placed, Placement{JobID: j.ID, Type: j.Type, Node: node, GPUs: lease.GPUIndexes, Waited: waited})
+	s.res.Placed = append(s.res.Placed, Placement{JobID: j.ID, Type: j.Type, Node: node, Pool: pool, GPUs: lease.GPUIndexes,
+		Waited: waited})
 	if s.hold.JobID == j.ID {
 		s.hold = Hold{}
 	}
-	if counts := s.leased[j.Type]; counts != nil {
-		counts.add(j.Agent, node, 1)
+	if counts, ok := s.leased[j.Type]; ok {
+		counts.add(j.Agent, node, pool, 1)
 	}
 	return nil
 }

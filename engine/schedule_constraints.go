@@ -14,22 +14,63 @@ import (
 // its type passes the constraints of now.
 const ReasonConstraints = "constraints"
 
-// leasedJobs counts the jobs of one type that hold an active lease (running, or placed), by
-// agent and node.
-type leasedJobs map[string]map[string]int
-
-func (l leasedJobs) add(agent, node string, n int) {
-	if l[agent] == nil {
-		l[agent] = map[string]int{}
-	}
-	l[agent][node] += n
+// leasedJobs counts the jobs of one type that hold an active lease (running, or placed): by
+// agent and node (max_per_node), and by node and pool (worker slots; the pool of the worker
+// that runs the job, or of the placement's target; "" for none).
+type leasedJobs struct {
+	byAgent map[string]map[string]int
+	byPool  map[string]map[string]int
 }
 
-// onNode is how many of the type's jobs, of every agent, hold a lease on node.
-func (l leasedJobs) onNode(node string) int {
+func newLeasedJobs() leasedJobs {
+	return leasedJobs{byAgent: map[string]map[string]int{}, byPool: map[string]map[string]int{}}
+}
+
+func (l leasedJobs) add(agent, node, pool string, n int) {
+	if l.byAgent[agent] == nil {
+		l.byAgent[agent] = map[string]int{}
+	}
+	l.byAgent[agent][node] += n
+	if l.byPool[node] == nil {
+		l.byPool[node] = map[string]int{}
+	}
+	l.byPool[node][pool] += n
+}
+
+// of is how many of the type's jobs of agent hold a lease on node.
+func (l leasedJobs) of(agent, node string) int { return l.byAgent[agent][node] }
+
+// on is how many of the type's jobs hold a lease on node, for pool's workers ("" and all:
+// every pool's).
+func (l leasedJobs) on(node, pool string, all bool) int {
+	if !all {
+		return l.byPool[node][pool]
+	}
 	n := 0
-	for _, nodes := range l {
-		n += nodes[node]
+	for _, c := range l.byPool[node] {
+		n += c
+	}
+	return n
+}
+
+// workerSlots are the slots of one type's live workers: node → pool ("" for none) → slots.
+type workerSlots map[string]map[string]int
+
+func (w workerSlots) add(node, pool string, n int) {
+	if w[node] == nil {
+		w[node] = map[string]int{}
+	}
+	w[node][pool] += n
+}
+
+// on is the slots on node, of pool's workers (all: of every pool's).
+func (w workerSlots) on(node, pool string, all bool) int {
+	if !all {
+		return w[node][pool]
+	}
+	n := 0
+	for _, c := range w[node] {
+		n += c
 	}
 	return n
 }
@@ -55,11 +96,11 @@ func jobsPerNode(ctx context.Context, tx store.Tx, waiting []store.Job) (map[str
 	}
 	out := make(map[string]leasedJobs, len(types))
 	for _, t := range types {
-		out[t] = leasedJobs{}
+		out[t] = newLeasedJobs()
 	}
 	for _, c := range counts {
-		if l := out[c.Type]; l != nil {
-			l.add(c.Agent, c.Node, c.Jobs)
+		if l, ok := out[c.Type]; ok {
+			l.add(c.Agent, c.Node, c.Pool, c.Jobs)
 		}
 	}
 	return out, nil
@@ -73,7 +114,7 @@ func (s *schedulePass) constrain(j *store.Job, nodes []string) ([]string, string
 	for _, n := range nodes {
 		ok, rule := c.Matches(n, s.labels[n])
 		if ok && c.MaxPerNode > 0 {
-			if have := s.leased[j.Type][j.Agent][n]; have >= c.MaxPerNode {
+			if have := s.leased[j.Type].of(j.Agent, n); have >= c.MaxPerNode {
 				ok, rule = false, fmt.Sprintf("max_per_node: %d of type %s and agent %s there", have, j.Type, j.Agent)
 			}
 		}
@@ -112,33 +153,44 @@ func (e *Engine) selectorLabels(ctx context.Context, waiting []store.Job) (map[s
 	return out, nil
 }
 
-// placeCPU places j, a job that needs no GPU (it is scheduled for its constraints), on the node
-// among nodes with the most free worker slots of its type: the slots of the live workers of
-// the type there, less the jobs of the type that hold a lease there (running, or placed and
-// not yet claimed). Ties go to the first node id; a node where a lease of the job expired
+// placeCPU places j, a job that needs no GPU (it is scheduled for its constraints or its
+// route), where the most worker slots of its type are free: on each of nodes, the slots of the
+// live workers of the type there (of the pools of routes[node], for a routed job), less the
+// jobs of the type that hold a lease there (running, or placed and not yet claimed) for those
+// workers. Ties go to the first node id, then pool id; a node where a lease of the job expired
 // comes last. So a placed job is claimed as soon as it is read, and a node's stream never
-// holds more of the type's jobs than its workers can take. When every node is full the job
+// holds more of the type's jobs than its workers can take. When every slot is taken the job
 // waits, no_capacity, naming each node's slots.
-func (s *schedulePass) placeCPU(j *store.Job, nodes []string) error {
-	best, bestFree, bestAvoided := "", 0, false
+func (s *schedulePass) placeCPU(j *store.Job, nodes []string, routes map[string][]string) error {
+	type target struct {
+		node, pool string
+		free       int
+		avoided    bool
+	}
+	var best *target
 	var full []string
 	for _, n := range nodes {
-		slots := s.slots[j.Type][n] + s.slots["*"][n]
-		used := s.leased[j.Type].onNode(n)
-		free := slots - used
-		if free <= 0 {
-			if len(full) < 5 {
-				full = append(full, fmt.Sprintf("%s: %d of %d", n, used, slots))
-			}
-			continue
+		pools, all := routes[n], routes == nil
+		if all {
+			pools = []string{""}
 		}
-		avoided := slices.Contains(s.avoid[j.ID], n)
-		if best == "" || (bestAvoided && !avoided) || (avoided == bestAvoided && free > bestFree) {
-			best, bestFree, bestAvoided = n, free, avoided
+		for _, pool := range pools {
+			slots := s.slots[j.Type].on(n, pool, all) + s.slots["*"].on(n, pool, all)
+			used := s.leased[j.Type].on(n, pool, all)
+			if slots-used <= 0 {
+				if len(full) < 5 {
+					full = append(full, fmt.Sprintf("%s: %d of %d", store.Target(n, pool), used, slots))
+				}
+				continue
+			}
+			t := &target{node: n, pool: pool, free: slots - used, avoided: slices.Contains(s.avoid[j.ID], n)}
+			if best == nil || (best.avoided && !t.avoided) || (t.avoided == best.avoided && t.free > best.free) {
+				best = t
+			}
 		}
 	}
-	if best != "" {
-		return s.placeOn(j, best)
+	if best != nil {
+		return s.placeOn(j, best.node, best.pool)
 	}
 	s.wait(j, fmt.Sprintf("%s: every node that runs type %s has its worker slots taken (%s)", leases.ReasonNoCapacity,
 		j.Type, strings.Join(full, ", ")))

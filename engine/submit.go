@@ -259,6 +259,9 @@ func (e *Engine) prepare(ctx context.Context, p SubmitParams) (*submitReq, error
 	if err := e.checkPlaceable(ctx, p.Resources, p.Constraints); err != nil {
 		return nil, err
 	}
+	if err := e.checkRouted(ctx, p, jt); err != nil {
+		return nil, err
+	}
 	r := newSubmitReq(ctx, p, jt)
 	r.named = named
 	return r, nil
@@ -326,9 +329,16 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if p.Constraints, err = checkConstraints(p.Constraints); err != nil {
 		return nil, err
 	}
-	if p.Constraints != nil && e.cfg.Scheduler.Disabled {
-		return nil, invalid("constraints", "need the scheduler, which this cluster runs without (scheduler.disabled): "+
-			"a worker's claim would place the job wherever it was read")
+	if err := checkRoute(p); err != nil {
+		return nil, err
+	}
+	if e.cfg.Scheduler.Disabled {
+		for field, set := range map[string]bool{"constraints": p.Constraints != nil, "pool_id": p.PoolID != "", "model_id": p.ModelID != ""} {
+			if set {
+				return nil, invalid(field, "needs the scheduler, which this cluster runs without (scheduler.disabled): "+
+					"a worker's claim would place the job wherever it was read")
+			}
+		}
 	}
 	switch {
 	case p.Priority == nil:

@@ -50,6 +50,8 @@ func (r *submitReq) insertParams(now time.Time) store.JobInsertParams {
 		GPUExclusive: r.p.Resources.Exclusive,
 		Priority:     *r.p.Priority,
 		Constraints:  r.p.Constraints,
+		PoolID:       r.p.PoolID,
+		ModelID:      r.p.ModelID,
 		Timeout:      r.p.Timeout,
 		Now:          now,
 	}

@@ -55,6 +55,10 @@ func (e *Engine) sameRequest(r *submitReq, job store.Job) error {
 		return mismatch("resources", "the job exists with resources %+v, not %+v", ResourcesOf(job), *p.Resources)
 	case r.named.constraints && !reflect.DeepEqual(job.Constraints, p.Constraints):
 		return mismatch("constraints", "the job exists with other constraints")
+	case job.PoolID != p.PoolID:
+		return mismatch("pool_id", "the job exists with pool_id %q, not %q", job.PoolID, p.PoolID)
+	case job.ModelID != p.ModelID:
+		return mismatch("model_id", "the job exists with model_id %q, not %q", job.ModelID, p.ModelID)
 	}
 	return nil
 }

@@ -24,7 +24,10 @@ type SubmitParams struct {
 	// Constraints narrow the nodes a GPU job may be placed on (nil: none). Submit checks them
 	// and keeps them sorted, without duplicates.
 	Constraints *store.Constraints
-	Actor       string // audit actor, e.g. "agent:NAME"
+	// PoolID routes the job to the workers of one pool, ModelID to those of a pool serving
+	// the model ("" for any): the scheduler places it.
+	PoolID, ModelID string
+	Actor           string // audit actor, e.g. "agent:NAME"
 
 	// PayloadChecked says the caller decoded Payload from JSON already (the API's decoder
 	// does), so Submit does not scan it once more to check it: with large payloads each scan

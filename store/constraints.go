@@ -1,6 +1,9 @@
 package store
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Constraints narrow where a job may run (submit's "constraints"). The zero value allows every
 // node. The scheduler honours them for GPU jobs (engine/schedule.go).
@@ -39,4 +42,25 @@ func (c *Constraints) Matches(id string, labels map[string]string) (ok bool, rul
 		}
 	}
 	return true, ""
+}
+
+// poolSep separates the node from the pool in a placement target (Target): "@" is in no
+// identifier.
+const poolSep = "@"
+
+// Target is where the scheduler places a job (Job.PlacedNode): its node, or "<node>@<pool>"
+// for a job routed to a pool (or to a model, through a pool serving it). Its stream is
+// streams.NodeStream(stream, target), read by the workers of that node, and of that pool there
+// for a pool's target.
+func Target(node, pool string) string {
+	if pool == "" {
+		return node
+	}
+	return node + poolSep + pool
+}
+
+// SplitTarget returns the node and the pool ("" for none) of a placement target.
+func SplitTarget(target string) (node, pool string) {
+	node, pool, _ = strings.Cut(target, poolSep)
+	return node, pool
 }

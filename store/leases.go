@@ -112,10 +112,12 @@ type GPUCapacity struct {
 	Exclusive bool
 }
 
-// NodeJobCount is how many jobs of one type and agent hold an active lease on one node.
+// NodeJobCount is how many jobs of one type and agent hold an active lease on one node, for the
+// workers of one pool there: the pool of the worker that claimed them, or of their placement's
+// target ("" for none).
 type NodeJobCount struct {
-	Type, Agent, Node string
-	Jobs              int
+	Type, Agent, Node, Pool string
+	Jobs                    int
 }
 
 // LeaseExecutor is the operations on orchestrator_leases.

@@ -109,19 +109,23 @@ type Job struct {
 	// WaitingReason is why the pending job was last refused a place (a claim's lease denial:
 	// "no_capacity: …"); empty when none. A claim clears it.
 	WaitingReason string
-	// PlacedNode is the node the scheduler placed the pending job on: its LeaseToken names the
-	// lease that reserves its GPUs there, and its entry is in that node's stream. "" when the
-	// job is not placed; every write of LeaseToken writes it too.
+	// PlacedNode is where the scheduler placed the pending job (a Target: the node, or
+	// "<node>@<pool>" for a job routed to a pool): its LeaseToken names the lease that
+	// reserves its room there, and its entry is in that target's stream. "" when the job is
+	// not placed; every write of LeaseToken writes it too.
 	PlacedNode string
 	// Constraints narrow the nodes the job may run on; nil when it has none.
 	Constraints *Constraints
-	Timeout     time.Duration
-	Result      json.RawMessage
-	LastError   string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	StartedAt   *time.Time
-	FinishedAt  *time.Time
+	// PoolID routes the job to the workers of one pool, ModelID to those of a pool serving
+	// the model; "" for any.
+	PoolID, ModelID string
+	Timeout         time.Duration
+	Result          json.RawMessage
+	LastError       string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
 }
 
 // JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
@@ -138,6 +142,8 @@ type JobInsertParams struct {
 	GPUExclusive bool
 	Priority     int
 	Constraints  *Constraints
+	PoolID       string
+	ModelID      string
 	Timeout      time.Duration
 	Now          time.Time
 }
@@ -151,10 +157,12 @@ func (j *Job) GPUCount() int {
 	return max(j.GPUs, 1)
 }
 
-// Scheduled reports whether the leader's scheduler places j (when it runs): a GPU job, or a
-// job with constraints. Such a job is published to the stream of the node it is placed on,
-// never to its type's.
-func (j *Job) Scheduled() bool { return j.GPUMemoryMB > 0 || !j.Constraints.Empty() }
+// Scheduled reports whether the leader's scheduler places j (when it runs): a GPU job, a job
+// with constraints, or one routed to a pool or a model. Such a job is published to the stream
+// of the node (and pool) it is placed on, never to its type's.
+func (j *Job) Scheduled() bool {
+	return j.GPUMemoryMB > 0 || !j.Constraints.Empty() || j.PoolID != "" || j.ModelID != ""
+}
 
 // DispatchParams selects the jobs the dispatcher publishes: pending, not enqueued, available at
 // or before Now, and, for a job never attempted, created at or before SubmittedBy (zero: any).

@@ -7,10 +7,11 @@ import (
 	"strings"
 )
 
-// Node streams. The scheduler places a GPU job on a node and publishes it to the node stream of
-// its type (NodeStream): the type's stream name, ":", the node ("gpu_jobs:node-7"). The workers of that node read it
-// in the type's consumer group beside the type's own stream, so no worker reads a GPU job it
-// cannot run. Every node stream published to is recorded in one set, for the loops that walk
+// Node streams. The scheduler places a job on a node and publishes it to the node stream of its
+// type (NodeStream): the type's stream name, ":", the node ("gpu_jobs:node-7"), or for a job
+// routed to a pool, the node and the pool ("gpu_jobs:node-7@mistral", store.Target). The workers of
+// that node (of that pool) read it in the type's consumer group beside the type's own stream,
+// so no worker reads a job it cannot run. Every node stream published to is recorded in one set, for the loops that walk
 // the streams (the reclaimer and the trimmer).
 
 // nodeSep separates a type's stream name (lower case letters, digits and _, never ":") from

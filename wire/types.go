@@ -61,11 +61,15 @@ type SubmitRequest struct {
 	// Priority overrides the type's priority, 0..9: higher first among the GPU jobs a worker
 	// waits to place.
 	Priority *int `json:"priority,omitempty"`
-	// Constraints narrow the nodes a GPU job may be placed on.
+	// Constraints narrow the nodes the job may be placed on.
 	Constraints *Constraints `json:"constraints,omitempty"`
+	// PoolID routes the job to the workers of one pool; ModelID to the workers of a pool
+	// serving the model.
+	PoolID  string `json:"pool_id,omitempty"`
+	ModelID string `json:"model_id,omitempty"`
 }
 
-// Constraints narrow the nodes a GPU job may be placed on; every rule given must hold.
+// Constraints narrow the nodes a job may be placed on; every rule given must hold.
 type Constraints struct {
 	// NodeSelector: the node has each of these labels with this value (at most 16).
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
@@ -166,6 +170,12 @@ type Job struct {
 	// there and it waits for a worker of that node to claim it. Absent when the job is not
 	// placed, and once it is claimed (WorkerID then names its worker).
 	PlacedNode string `json:"placed_node,omitempty"`
+	// PlacedPool is the pool whose workers alone may claim the placed job there (a job routed
+	// by pool_id or model_id).
+	PlacedPool string `json:"placed_pool,omitempty"`
+	// PoolID and ModelID are the job's route, as submitted.
+	PoolID  string `json:"pool_id,omitempty"`
+	ModelID string `json:"model_id,omitempty"`
 	// Constraints are the job's placement constraints, as submitted.
 	Constraints *Constraints    `json:"constraints,omitempty"`
 	Priority    int             `json:"priority"`

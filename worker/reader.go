@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuorch/orchestrator/client"
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/wire"
 )
@@ -55,21 +56,23 @@ func (w *Worker) read(ctx, readCtx context.Context, t *config.JobType) {
 	}
 }
 
-// nodeStream is the stream of t's jobs that the scheduler placed on this worker's node ("" when
-// the worker names no node).
-func (w *Worker) nodeStream(t *config.JobType) string {
+// placedStreams are the streams of t's jobs that the scheduler placed for this worker: on its
+// node, and on its node for its pool (streams.NodeStream of a store.Target). None when the
+// worker names no node.
+func (w *Worker) placedStreams(t *config.JobType) []string {
 	if w.cfg.NodeID == "" {
-		return ""
+		return nil
 	}
-	return streams.NodeStream(t.Stream, w.cfg.NodeID)
+	out := []string{streams.NodeStream(t.Stream, w.cfg.NodeID)}
+	if w.cfg.PoolID != "" {
+		out = append(out, streams.NodeStream(t.Stream, store.Target(w.cfg.NodeID, w.cfg.PoolID)))
+	}
+	return out
 }
 
-// ensureGroups creates t's consumer group on the type's stream and on the node's.
+// ensureGroups creates t's consumer group on the type's stream and on the placed ones.
 func (w *Worker) ensureGroups(ctx context.Context, t *config.JobType) error {
-	for _, s := range []string{t.Stream, w.nodeStream(t)} {
-		if s == "" {
-			continue
-		}
+	for _, s := range append([]string{t.Stream}, w.placedStreams(t)...) {
 		if err := w.cfg.Streams.EnsureGroup(ctx, s, streamsGroup(t)); err != nil {
 			return err
 		}
@@ -78,30 +81,36 @@ func (w *Worker) ensureGroups(ctx context.Context, t *config.JobType) error {
 }
 
 // readEntries reads up to n entries of t for this worker, from the type's stream and the
-// stream of the jobs the scheduler placed on its node. A blocking read (block >= 0, the
-// reader's) reads both in one call, and, as COUNT applies to each stream, may return up to 2n.
-// A read that must not block (claim along) takes the placed jobs first, as they hold a
-// reservation here, and then as many of the type's as are still wanted: at most n in all.
+// streams of the jobs the scheduler placed for it (placedStreams). A blocking read (block >= 0,
+// the reader's) reads them all in one call, and, as COUNT applies to each stream, may return
+// up to n a stream. A read that must not block (claim along) takes the placed jobs first, as
+// they hold a reservation here, and then as many of the type's as are still wanted: at most
+// n in all.
 func (w *Worker) readEntries(ctx context.Context, t *config.JobType, n int, block time.Duration) ([]streams.Delivery, error) {
 	p := streams.ReadParams{Group: streamsGroup(t), Consumer: w.cfg.WorkerID, Count: n, Block: block,
 		Streams: []string{t.Stream}}
-	node := w.nodeStream(t)
+	placed := w.placedStreams(t)
 	switch {
-	case node == "":
+	case len(placed) == 0:
 	case block >= 0:
-		p.Streams = append(p.Streams, node)
+		p.Streams = append(p.Streams, placed...)
 	default:
-		p.Streams = []string{node}
-		placed, err := w.cfg.Streams.Read(ctx, p)
-		if err != nil || len(placed) == n {
-			return placed, err
+		// One stream a read, each for what is still wanted: COUNT applies to each stream.
+		var got []streams.Delivery
+		for _, s := range append(placed, t.Stream) {
+			p.Streams, p.Count = []string{s}, n-len(got)
+			ds, err := w.cfg.Streams.Read(ctx, p)
+			if err != nil {
+				if len(got) > 0 {
+					return got, nil // claim what was read; the rest waits for the next read
+				}
+				return nil, err
+			}
+			if got = append(got, ds...); len(got) == n {
+				break
+			}
 		}
-		p.Streams, p.Count = []string{t.Stream}, n-len(placed)
-		ds, err := w.cfg.Streams.Read(ctx, p)
-		if err != nil && len(placed) > 0 {
-			return placed, nil // claim what was read; the type's entries wait for the next read
-		}
-		return append(placed, ds...), err
+		return got, nil
 	}
 	return w.cfg.Streams.Read(ctx, p)
 }

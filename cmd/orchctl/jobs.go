@@ -83,8 +83,8 @@ orchestrator generates an id.
 limit. --gpus, --gpu-memory-mb and --exclusive override what the type asks of the GPUs: that
 many distinct GPUs of one node, that much memory on each, held alone; a request no node of the
 cluster could ever place is refused (unsatisfiable). --node-selector, --allow-node, --deny-node
-and --max-per-node constrain the nodes a GPU job may be placed on (orchctl nodes list shows
-their labels). --quiet prints only the job id (for JOB=$(orchctl jobs submit ... -q)).
+and --max-per-node constrain the nodes a job may be placed on (orchctl nodes list shows their
+labels); --pool and --model route it to the workers of one pool, or of a pool serving the model. --quiet prints only the job id (for JOB=$(orchctl jobs submit ... -q)).
 
 With --wait, orchctl then waits for the job like "jobs wait" (--poll, --wait-timeout) and exits
 with its exit codes: 0 done, 3 dead_letter, 4 cancelled, 5 timed out. With -o json and --wait,
@@ -114,6 +114,8 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 	fl.StringSliceVar(&f.constraints.AllowNodes, "allow-node", nil, "only on this node (repeat for several)")
 	fl.StringSliceVar(&f.constraints.DenyNodes, "deny-node", nil, "never on this node (repeat for several)")
 	fl.IntVar(&f.constraints.MaxPerNode, "max-per-node", 0, "at most this many jobs of this type and agent on one node at once")
+	fl.StringVar(&f.req.PoolID, "pool", "", "only the workers of this pool run the job")
+	fl.StringVar(&f.req.ModelID, "model", "", "only the workers of a pool serving this model run the job")
 	fl.IntVar(&f.priority, "priority", 0, "0..9, higher first among GPU jobs waiting for room (default: the job type's)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the job id")
 	fl.BoolVar(&f.wait, "wait", false, "wait until the job is finished (exit codes as jobs wait)")
@@ -280,7 +282,8 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		{"POOL", orDash(j.OwnerPool)},
 		{"GPU", gpu},
 		{"WAITING", orDash(j.WaitingReason)},
-		{"PLACED ON", orDash(j.PlacedNode)},
+		{"PLACED ON", orDash(placedOn(j))},
+		{"ROUTE", orDash(route(j))},
 		{"CONSTRAINTS", fmtConstraints(j.Constraints)},
 		{"TIMEOUT", time.Duration(j.Timeout).String()},
 		{"ENQUEUED", enqueued},
@@ -296,6 +299,26 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		t.row(kv[0], kv[1])
 	}
 	return t.flush()
+}
+
+// placedOn says where a pending job is placed: "node-7", or "node-7, for pool mistral".
+func placedOn(j client.Job) string {
+	if j.PlacedNode == "" || j.PlacedPool == "" {
+		return j.PlacedNode
+	}
+	return j.PlacedNode + ", for pool " + j.PlacedPool
+}
+
+// route says where a job was routed: "pool mistral", "model m1", or "".
+func route(j client.Job) string {
+	var parts []string
+	if j.PoolID != "" {
+		parts = append(parts, "pool "+j.PoolID)
+	}
+	if j.ModelID != "" {
+		parts = append(parts, "model "+j.ModelID)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // fmtConstraints says a job's constraints in one line: "node_selector tier=prod; deny_nodes

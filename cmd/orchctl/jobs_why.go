@@ -29,6 +29,7 @@ the details after it in parentheses:
   unsatisfiable       no node that runs its type could hold it even idle
   constraints         no node that runs its type passes the job's constraints now
                       (node_selector, allow_nodes, deny_nodes, max_per_node)
+  no_pool_for_model   no pool with a live worker of its type serves the job's model
   placement_expired   it was placed, but no worker of that node claimed it in time
   cordoned            the only nodes that could run it are cordoned ("orchctl nodes list")
   node_unknown, telemetry_stale
@@ -60,8 +61,10 @@ func (g *globals) why(j client.Job) string {
 	switch j.Status {
 	case "pending":
 		switch {
+		case j.PlacedNode != "" && j.GPUMemoryMB == 0:
+			return "placed on node " + placedOn(j) + ": waits for a worker of type " + j.Type + " on that node to claim it"
 		case j.PlacedNode != "":
-			return "placed on node " + j.PlacedNode + ", its GPUs reserved there: waits for a worker of type " + j.Type +
+			return "placed on node " + placedOn(j) + ", its GPUs reserved there: waits for a worker of type " + j.Type +
 				" on that node to claim it"
 		case j.WaitingReason != "":
 			return waitingWhy(j)
@@ -103,6 +106,9 @@ func waitingWhy(j client.Job) string {
 	case "unsatisfiable":
 		what = "cannot be placed as the cluster is: no node that runs type " + j.Type + " could hold it even idle; " +
 			"cancel it, or add a node that can"
+	case "no_pool_for_model":
+		what = "waits for a pool of its model: none with a live worker of type " + j.Type + " serves " + j.ModelID +
+			"; start one (orchctl pools)"
 	case "constraints":
 		what = "waits for a node its constraints allow: none that runs type " + j.Type + " passes them now " +
 			"(orchctl nodes list shows the nodes' labels)"

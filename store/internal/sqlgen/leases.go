@@ -1,6 +1,7 @@
 package sqlgen
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -89,15 +90,33 @@ func (e Executor) LeaseJobsPerNode(ctx context.Context, types []string) ([]store
 	if len(types) == 0 {
 		return nil, nil
 	}
-	out, err := query(ctx, e.d, e.r, func(row Scanner) (store.NodeJobCount, error) {
+	rows, err := query(ctx, e.d, e.r, func(row Scanner) (store.NodeJobCount, error) {
 		var c store.NodeJobCount
-		return c, row.Scan(&c.Type, &c.Agent, &c.Node, &c.Jobs)
-	}, `SELECT j.type, j.agent, l.node_id, COUNT(*) FROM orchestrator_leases l
+		var owner, target string
+		err := row.Scan(&c.Type, &c.Agent, &c.Node, &owner, &target, &c.Jobs)
+		_, placedFor := store.SplitTarget(target)
+		c.Pool = cmp.Or(owner, placedFor) // claimed: the worker's pool; placed: the target's
+		return c, err
+	}, `SELECT j.type, j.agent, l.node_id, j.owner_pool, j.placed_node, COUNT(*) FROM orchestrator_leases l
 		JOIN orchestrator_jobs j ON j.job_id = l.job_id
 		WHERE l.status = ? AND l.job_id IS NOT NULL AND j.type IN (`+Placeholders(len(types))+`)
-		GROUP BY j.type, j.agent, l.node_id`, append([]any{string(store.LeaseActive)}, Args(types)...)...)
+		GROUP BY j.type, j.agent, l.node_id, j.owner_pool, j.placed_node`, append([]any{string(store.LeaseActive)}, Args(types)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("count jobs per node: %w", err)
+	}
+	// Rows of one pool that differ in owner_pool and placed_node are one count.
+	type key struct{ typ, agent, node, pool string }
+	sums := map[key]int{}
+	var out []store.NodeJobCount
+	for _, c := range rows {
+		k := key{c.Type, c.Agent, c.Node, c.Pool}
+		if _, ok := sums[k]; !ok {
+			out = append(out, store.NodeJobCount{Type: c.Type, Agent: c.Agent, Node: c.Node, Pool: c.Pool})
+		}
+		sums[k] += c.Jobs
+	}
+	for i, c := range out {
+		out[i].Jobs = sums[key{c.Type, c.Agent, c.Node, c.Pool}]
 	}
 	return out, nil
 }

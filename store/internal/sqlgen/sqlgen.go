@@ -288,7 +288,7 @@ func TruncateUTF8(s string, n int) string {
 }
 
 // ScheduledJob is the condition of a job the scheduler places (store.Job.Scheduled).
-const ScheduledJob = `(gpu_memory_mb > 0 OR constraints IS NOT NULL)`
+const ScheduledJob = `(gpu_memory_mb > 0 OR constraints IS NOT NULL OR pool_id <> '' OR model_id <> '')`
 
 // Dispatchable is the FROM, WHERE, ORDER BY and LIMIT of store.JobExecutor.JobListDispatchable,
 // for a limit the driver has clamped.

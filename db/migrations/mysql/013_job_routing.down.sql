@@ -1,0 +1,1 @@
+ALTER TABLE orchestrator_jobs DROP COLUMN pool_id, DROP COLUMN model_id;

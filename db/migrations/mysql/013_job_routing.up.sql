@@ -1,0 +1,11 @@
+-- Jobs routed to a pool or a model (submit's pool_id and model_id; engine/schedule.go).
+--
+-- orchestrator_jobs.pool_id: the pool whose workers alone may run the job; '' for any.
+-- orchestrator_jobs.model_id: the model a pool that runs the job must serve; '' for any.
+-- The scheduler places such a job on a node where a live worker of such a pool runs, and
+-- publishes it to that pool's stream of the node (placed_node is then "<node>@<pool>",
+-- streams.Target), which only that pool's workers there read. Appended columns with
+-- defaults: MariaDB adds them without copying the table.
+ALTER TABLE orchestrator_jobs
+    ADD COLUMN pool_id VARCHAR(128) NOT NULL DEFAULT '',
+    ADD COLUMN model_id VARCHAR(128) NOT NULL DEFAULT '';

@@ -1,0 +1,2 @@
+ALTER TABLE orchestrator_jobs DROP COLUMN model_id;
+ALTER TABLE orchestrator_jobs DROP COLUMN pool_id;
