@@ -79,7 +79,8 @@ type Placement struct {
 type ScheduleResult struct {
 	Placed []Placement
 	// Waiting counts the jobs left waiting by the kind of their reason (no_capacity,
-	// no_fresh_telemetry, no_worker, unsatisfiable, reserved, node_unknown, telemetry_stale).
+	// no_fresh_telemetry, no_worker, unsatisfiable, reserved, node_unknown, telemetry_stale,
+	// quota).
 	Waiting map[string]int
 	// Held is the hold to pass to the next pass.
 	Held Hold
@@ -201,7 +202,8 @@ type schedulePass struct {
 	avoid map[string][]string // job → nodes where a lease of it expired
 
 	cluster *leases.Cluster
-	hold    Hold // the node held from the held job on in line
+	quotas  *passQuotas // the agents' GPU quotas and holdings (quota.go)
+	hold    Hold        // the node held from the held job on in line
 	res     ScheduleResult
 	placed  []store.Job
 	leases  []store.Lease
@@ -221,6 +223,9 @@ func (s *schedulePass) run(ctx context.Context, tx store.Tx, waiting []store.Job
 		return err
 	}
 	if s.cluster, err = s.e.leases.LockCluster(ctx, tx, s.now); err != nil {
+		return err
+	}
+	if s.quotas, err = s.e.lockedQuotas(ctx, tx, waiting); err != nil { // after the GPU locks
 		return err
 	}
 	// The placements' time is after the locks: a release that committed while the pass
@@ -259,6 +264,9 @@ func (s *schedulePass) place(j *store.Job) error {
 	nodes := s.nodesOf(j.Type)
 	if len(nodes) == 0 {
 		s.wait(j, leases.ReasonNoWorker+": no live worker of type "+j.Type+" runs on a node that reports GPUs")
+		return nil
+	}
+	if s.quotaWaits(j, "") {
 		return nil
 	}
 	eligible := nodes
@@ -311,6 +319,9 @@ func (s *schedulePass) place(j *store.Job) error {
 
 // placeOn reserves j's lease on node and plans its placement.
 func (s *schedulePass) placeOn(j *store.Job, node string) error {
+	if s.quotaWaits(j, node) {
+		return nil
+	}
 	meta, _ := json.Marshal(struct {
 		Attempt  int    `json:"attempt"`
 		PlacedBy string `json:"placed_by"`
@@ -328,6 +339,7 @@ func (s *schedulePass) placeOn(j *store.Job, node string) error {
 		LeaseToken: &lease.Token, PlacedNode: &node, Enqueued: &f, WaitingReason: &empty, Now: s.now,
 	})
 	s.leases = append(s.leases, lease)
+	s.quotas.add(lease)
 	waited := max(s.now.Sub(j.AvailableAt), 0)
 	s.events = append(s.events, s.event(j, EventPlaced, lease.Token, map[string]any{
 		"node_id": node, "gpu_indexes": lease.GPUIndexes, "lease": leases.GrantDetails(lease),

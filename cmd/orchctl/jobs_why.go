@@ -28,6 +28,9 @@ the details after it in parentheses:
   no_worker           no live worker of its type runs on a node with GPUs
   unsatisfiable       no node that runs its type could hold it even idle
   placement_expired   it was placed, but no worker of that node claimed it in time
+  quota               its agent holds as many GPUs or as much GPU memory as its admission
+                      policy allows (max_gpus, max_gpu_memory_mb); it is placed as soon as
+                      the agent's jobs or leases end ("orchctl admission get" shows quotas)
   node_unknown, telemetry_stale
                       a worker's node refused it at its claim (the scheduler is disabled)
 
@@ -102,6 +105,9 @@ func waitingWhy(j client.Job) string {
 			"cancel it, or add a node that can"
 	case "placement_expired":
 		what = "waits to be placed again: it was placed, but no worker of that node claimed it in time"
+	case "quota":
+		what = "waits for its agent's GPU quota: agent " + j.Agent + " holds what its admission policy allows; " +
+			"it is placed as soon as the agent's other GPU jobs or leases end"
 	case "node_unknown", "telemetry_stale":
 		what = "waits for a place: the node of the worker that read it could not take it"
 	default:
