@@ -301,3 +301,37 @@ func TestScheduleQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimQuota: without the scheduler's placement, a worker's claim keeps the agents' GPU
+// quotas itself: of two jobs of an agent limited to one GPU claimed at once, one is refused
+// retry_later (quota), with its waiting reason, until the other is done.
+func TestClaimQuota(t *testing.T) {
+	t.Parallel()
+	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			q := b.withQuotas(t)
+			b.gpuType(10000, 3)
+			b.report(t, "n", 40960, 40960)
+			q.set("a", leases.Quota{MaxGPUs: 1})
+			b.submitAs(t, "a", "a1", nil)
+			b.submitAs(t, "a", "a2", nil)
+			b.submitAs(t, "b", "b1", nil)
+
+			c := b.claimOn(t, "w", "n", "a1", "a2", "b1")
+			require.Len(t, c.Claimed, 2)
+			require.Contains(t, c.Leases, "a1")
+			require.Contains(t, c.Leases, "b1", "another agent is not limited")
+			require.Equal(t, []engine.Refusal{{JobID: "a2", Reason: engine.RefusedRetryLater, Detail: leases.ReasonQuota}}, c.Refused)
+			require.Equal(t, `quota: agent "a" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`, b.job(t, "a2").WaitingReason)
+
+			done, err := b.eng.Complete(context.Background(), engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
+				{JobID: "a1", Attempt: 1, LeaseToken: c.Leases["a1"].Token, Done: true}}})
+			require.NoError(t, err)
+			require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
+			c = b.claimOn(t, "w", "n", "a2")
+			require.Len(t, c.Claimed, 1, "%+v", c.Refused)
+		})
+	}
+}

@@ -183,7 +183,7 @@ func (m *Manager) Grant(ctx context.Context, p GrantParams) (store.Lease, error)
 		)
 		switch {
 		case quota.Limited():
-			node, err = m.lockForQuota(ctx, tx, p.NodeID, now)
+			node, err = m.LockNodeForQuota(ctx, tx, p.NodeID, now)
 		case p.Mode == store.LeaseGPU:
 			node, err = m.LockNode(ctx, tx, p.NodeID, now)
 		}

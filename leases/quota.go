@@ -74,11 +74,12 @@ func (m *Manager) Quota(agent string) Quota {
 	return Quota{MaxMemoryMB: mem, MaxGPUs: gpus}
 }
 
-// lockForQuota locks every node's GPU rows in tx, not only those of the lease's node: a grant
-// of the agent on another node, or the scheduler's pass, then waits for this transaction, and
-// the agent's leases read after the lock are all it holds until the commit. Only grants for an
-// agent with a quota pay for the wider lock. It returns the lease's node's lock.
-func (m *Manager) lockForQuota(ctx context.Context, tx store.Tx, nodeID string, now time.Time) (*NodeLock, error) {
+// LockNodeForQuota is LockNode for a placement under an agent's quota: it locks every node's
+// GPU rows in tx, not only those of nodeID, so that a grant or claim of the agent on another
+// node, or the scheduler's pass, waits for this transaction, and the agent's leases read after
+// the lock are all it holds until the commit. Only placements for an agent with a quota pay
+// for the wider lock. It returns nodeID's lock.
+func (m *Manager) LockNodeForQuota(ctx context.Context, tx store.Tx, nodeID string, now time.Time) (*NodeLock, error) {
 	c, err := m.LockCluster(ctx, tx, now)
 	if err != nil {
 		return nil, err
@@ -90,7 +91,7 @@ func (m *Manager) lockForQuota(ctx context.Context, tx store.Tx, nodeID string, 
 }
 
 // checkQuota refuses the lease l of agent when, beside the agent's active gpu leases, it would
-// take the agent past q. Call it in the transaction that locked the GPU rows (lockForQuota).
+// take the agent past q. Call it in the transaction that locked the GPU rows (LockNodeForQuota).
 func checkQuota(ctx context.Context, tx store.Tx, q Quota, l store.Lease) error {
 	held, err := tx.LeaseHoldings(ctx, []string{l.Agent})
 	if err != nil {
