@@ -289,6 +289,21 @@ func TestScheduleQuota(t *testing.T) {
 				b.job(t, "a3").WaitingReason)
 			require.Equal(t, store.LeaseActive, b.lease(t, b.job(t, "a2").LeaseToken).Status, "a2's placement stands")
 
+			// The agent's own lease counts as its jobs' do: running jobs and leases together.
+			q.set("d", leases.Quota{MaxGPUs: 1})
+			own, err := b.leases.Grant(ctx, leases.GrantParams{Agent: "d", NodeID: "n", Mode: store.LeaseGPU, MemoryMB: 100,
+				Actor: "agent:d"})
+			require.NoError(t, err)
+			b.submitAs(t, "d", "d1", &engine.Resources{GPUMemoryMB: 100})
+			res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+			require.Empty(t, res.Placed)
+			require.Equal(t, `quota: agent "d" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`, b.job(t, "d1").WaitingReason)
+			_, err = b.leases.Release(ctx, own.Token, "d", "agent:d")
+			require.NoError(t, err)
+			res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+			require.Len(t, res.Placed, 1)
+			require.Equal(t, "d1", res.Placed[0].JobID)
+
 			// An exclusive job counts the whole GPU it would reserve (40960 − the margin), not its
 			// request.
 			q.set("c", leases.Quota{MaxMemoryMB: 20000})
