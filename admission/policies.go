@@ -38,7 +38,8 @@ type policyCache struct {
 func newPolicyCache(def config.AdmissionPolicy) *policyCache {
 	return &policyCache{
 		cfgDefault: store.AdmissionPolicy{Agent: store.AdmissionDefaultAgent, RatePerSec: def.RatePerSec,
-			Burst: def.Burst, MaxPending: def.MaxPending, Enabled: true},
+			Burst: def.Burst, MaxPending: def.MaxPending, MaxGPUMemoryMB: def.MaxGPUMemoryMB, MaxGPUs: def.MaxGPUs,
+			Enabled: true},
 		rows: map[string]store.AdmissionPolicy{},
 	}
 }
@@ -120,6 +121,23 @@ func (p *policyCache) list() ([]store.AdmissionPolicy, time.Time) {
 	return out, p.loadedAt
 }
 
+// Quota returns the GPU quota of agent: the most GPU memory (MB) and the most GPUs it may hold
+// at once in active gpu leases, 0 for no cap. It is its own policy's, else the default
+// policy's, which caps each agent without a row on its own (not all of them together). An
+// agent whose policy is disabled, and every agent while admission control is disabled, has
+// none. The scheduler and the lease grants read it (leases.Options.Quotas) from this cache,
+// so a change applies within one refresh interval everywhere.
+func (c *Controller) Quota(agent string) (maxGPUMemoryMB int64, maxGPUs int) {
+	if c.cfg.Disabled {
+		return 0, 0
+	}
+	p, _ := c.policies.lookup(agent)
+	if !p.Enabled {
+		return 0, 0
+	}
+	return p.MaxGPUMemoryMB, p.MaxGPUs
+}
+
 // PolicyUpdate changes the policy of one agent (store.AdmissionDefaultAgent: the default
 // policy). Nil fields keep their current value: the agent's row, or for an agent without one
 // the default policy's (a new row is enabled unless Enabled says otherwise). Burst is the
@@ -130,7 +148,10 @@ type PolicyUpdate struct {
 	RatePerSec *float64
 	Burst      *int
 	MaxPending *int
-	Enabled    *bool
+	// MaxGPUMemoryMB and MaxGPUs are the agent's GPU quota (0: no cap).
+	MaxGPUMemoryMB *int64
+	MaxGPUs        *int
+	Enabled        *bool
 	// Actor is who made the change, for the audit row.
 	Actor string
 }
@@ -182,7 +203,8 @@ func (c *Controller) SetPolicy(ctx context.Context, u PolicyUpdate) (store.Admis
 	c.policies.put(stored)
 	c.metrics.precreate(stored.Agent)
 	c.log.Info("admission policy set", "agent", stored.Agent, "rate_per_sec", stored.RatePerSec,
-		"burst", stored.Burst, "max_pending", stored.MaxPending, "enabled", stored.Enabled, "actor", u.Actor)
+		"burst", stored.Burst, "max_pending", stored.MaxPending, "max_gpu_memory_mb", stored.MaxGPUMemoryMB,
+		"max_gpus", stored.MaxGPUs, "enabled", stored.Enabled, "actor", u.Actor)
 	return stored, nil
 }
 
@@ -224,10 +246,17 @@ func applyUpdate(cur store.AdmissionPolicy, u PolicyUpdate) (store.AdmissionPoli
 	if u.MaxPending != nil {
 		next.MaxPending = *u.MaxPending
 	}
+	if u.MaxGPUMemoryMB != nil {
+		next.MaxGPUMemoryMB = *u.MaxGPUMemoryMB
+	}
+	if u.MaxGPUs != nil {
+		next.MaxGPUs = *u.MaxGPUs
+	}
 	if u.Enabled != nil {
 		next.Enabled = *u.Enabled
 	}
-	err := config.ValidateAdmissionPolicy(config.AdmissionPolicy{RatePerSec: next.RatePerSec, Burst: next.Burst, MaxPending: next.MaxPending})
+	err := config.ValidateAdmissionPolicy(config.AdmissionPolicy{RatePerSec: next.RatePerSec, Burst: next.Burst,
+		MaxPending: next.MaxPending, MaxGPUMemoryMB: next.MaxGPUMemoryMB, MaxGPUs: next.MaxGPUs})
 	var fe *config.AdmissionPolicyError
 	if errors.As(err, &fe) {
 		return next, &PolicyError{Field: fe.Field, Message: fe.Message}
@@ -237,5 +266,5 @@ func applyUpdate(cur store.AdmissionPolicy, u PolicyUpdate) (store.AdmissionPoli
 
 func policyDetails(p store.AdmissionPolicy) map[string]any {
 	return map[string]any{"agent": p.Agent, "rate_per_sec": p.RatePerSec, "burst": p.Burst,
-		"max_pending": p.MaxPending, "enabled": p.Enabled}
+		"max_pending": p.MaxPending, "max_gpu_memory_mb": p.MaxGPUMemoryMB, "max_gpus": p.MaxGPUs, "enabled": p.Enabled}
 }

@@ -58,6 +58,8 @@ func TestSetPolicy(t *testing.T) {
 			{PolicyUpdate{Agent: "bad", RatePerSec: ptr(0.0)}, "rate_per_sec"},
 			{PolicyUpdate{Agent: "bad", RatePerSec: ptr(2e6)}, "rate_per_sec"},
 			{PolicyUpdate{Agent: "bad", Burst: ptr(0)}, "burst"},
+			{PolicyUpdate{Agent: "bad", MaxGPUs: ptr(-1)}, "max_gpus"},
+			{PolicyUpdate{Agent: "bad", MaxGPUMemoryMB: ptr(int64(config.AdmissionMaxGPUMemoryMBMax + 1))}, "max_gpu_memory_mb"},
 			{PolicyUpdate{Agent: "bad", MaxPending: ptr(-1)}, "max_pending"},
 		} {
 			_, err := b.c.SetPolicy(ctx, tc.u)
@@ -152,4 +154,44 @@ func TestPolicyRefresh(t *testing.T) {
 		require.True(t, own)
 		require.Equal(t, 1, a.refresh(t).Policies, "the next refresh applies")
 	})
+}
+
+// TestQuota: an agent's GPU quota is its own policy's, else the default's, which caps each
+// agent without a row on its own; a disabled policy exempts its agent; a new row starts from
+// the default's quota; the configuration's default carries one too.
+func TestQuota(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "admission: {default_policy: {max_gpus: 4, max_gpu_memory_mb: 320000}}\n")
+	ctx := t.Context()
+
+	mem, gpus := b.c.Quota("anyone")
+	require.Equal(t, int64(320000), mem, "the configured default's")
+	require.Equal(t, 4, gpus)
+
+	p, err := b.c.SetPolicy(ctx, PolicyUpdate{Agent: "own", MaxGPUs: ptr(1), Actor: "admin:x"})
+	require.NoError(t, err)
+	require.Equal(t, int64(320000), p.MaxGPUMemoryMB, "a new row starts from the default's quota")
+	mem, gpus = b.c.Quota("own")
+	require.Equal(t, int64(320000), mem)
+	require.Equal(t, 1, gpus)
+
+	_, err = b.c.SetPolicy(ctx, PolicyUpdate{Agent: store.AdmissionDefaultAgent, MaxGPUs: ptr(2), MaxGPUMemoryMB: ptr(int64(0))})
+	require.NoError(t, err)
+	for _, agent := range []string{"x", "y"} {
+		mem, gpus = b.c.Quota(agent)
+		require.Zero(t, mem, "0: no cap")
+		require.Equal(t, 2, gpus, "each agent without a row gets the default's quota")
+	}
+	_, gpus = b.c.Quota("own")
+	require.Equal(t, 1, gpus, "an agent's own row wins")
+
+	_, err = b.c.SetPolicy(ctx, PolicyUpdate{Agent: "own", Enabled: ptr(false)})
+	require.NoError(t, err)
+	mem, gpus = b.c.Quota("own")
+	require.Zero(t, mem)
+	require.Zero(t, gpus, "a disabled policy exempts its agent")
+
+	off := setup(t, "admission: {disabled: true, default_policy: {max_gpus: 1}}\n")
+	_, gpus = off.c.Quota("anyone")
+	require.Zero(t, gpus, "admission control disabled: no quota")
 }

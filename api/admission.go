@@ -160,7 +160,7 @@ func (s *Server) putAdmission(c *gin.Context) {
 	}
 	p, err := s.admission.SetPolicy(c.Request.Context(), admission.PolicyUpdate{
 		Agent: body.Agent, RatePerSec: body.RatePerSec, Burst: body.Burst, MaxPending: body.MaxPending,
-		Enabled: body.Enabled, Actor: mustIdentity(c).Actor(),
+		MaxGPUMemoryMB: body.MaxGPUMemoryMB, MaxGPUs: body.MaxGPUs, Enabled: body.Enabled, Actor: mustIdentity(c).Actor(),
 	})
 	var pe *admission.PolicyError
 	if errors.As(err, &pe) {
@@ -209,7 +209,7 @@ func checkPolicyAgent(agent string) error {
 
 func policyToWire(p store.AdmissionPolicy, stored bool) wire.AdmissionPolicy {
 	out := wire.AdmissionPolicy{Agent: p.Agent, RatePerSec: p.RatePerSec, Burst: p.Burst,
-		MaxPending: p.MaxPending, Enabled: p.Enabled}
+		MaxPending: p.MaxPending, MaxGPUMemoryMB: p.MaxGPUMemoryMB, MaxGPUs: p.MaxGPUs, Enabled: p.Enabled}
 	if stored {
 		out.UpdatedAt = utcPtr(&p.UpdatedAt)
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/internal/testenv"
+	"github.com/gpuorch/orchestrator/leases"
+	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
 	"github.com/gpuorch/orchestrator/wire"
@@ -52,10 +54,13 @@ func setupAdmission(t testing.TB, limiterRedis redis.UniversalClient) (*bundle, 
 		limiterRedis = rdb
 	}
 	log := slog.New(slog.DiscardHandler)
-	b := newStack(st, streams.New(rdb, streams.Options{Prefix: prefix}), cfg, engine.Options{Logger: log})
-	settleAtEnd(t, b.eng)
 	ctl, err := admission.New(st, limiterRedis, cfg, admission.Options{Prefix: prefix, Registerer: prometheus.NewRegistry(), Logger: log})
 	require.NoError(t, err)
+	// As the orchestrator wires them: the lease manager reads the policies' GPU quotas.
+	sc := streams.New(rdb, streams.Options{Prefix: prefix})
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: log, Quotas: ctl.Quota})
+	b := &bundle{eng: engine.New(st, sc, cfg, engine.Options{Logger: log, Leases: lm}), st: st, sc: sc, lm: lm, cfg: cfg}
+	settleAtEnd(t, b.eng)
 	set, tokens := testTokens(t)
 	b.srv, b.tokens = New(b.with(Options{Auth: AuthOptions{Tokens: set}, Logger: log, Admission: ctl})), tokens
 	return b, ctl
@@ -160,6 +165,10 @@ func TestAdmissionControlRoutes(t *testing.T) {
 			{wire.AdmissionPolicyUpdate{Agent: "x", RatePerSec: ptr(0.0)}, "rate_per_sec"},
 			{wire.AdmissionPolicyUpdate{Agent: "x", Burst: ptr(0)}, "burst"},
 			{wire.AdmissionPolicyUpdate{Agent: "x", MaxPending: ptr(-3)}, "max_pending"},
+			{wire.AdmissionPolicyUpdate{Agent: "x", MaxGPUs: ptr(-1)}, "max_gpus"},
+			{wire.AdmissionPolicyUpdate{Agent: "x", MaxGPUs: ptr(config.AdmissionMaxGPUsMax + 1)}, "max_gpus"},
+			{wire.AdmissionPolicyUpdate{Agent: "x", MaxGPUMemoryMB: ptr(int64(-1))}, "max_gpu_memory_mb"},
+			{wire.AdmissionPolicyUpdate{Agent: "x", MaxGPUMemoryMB: ptr(int64(81920) << 20)}, "max_gpu_memory_mb"},
 			{`{"agent": "x", "rate": 5}`, "rate"},
 		} {
 			rec := b.request(t, http.MethodPut, "/control/admission", "admin", tc.body)
@@ -242,4 +251,48 @@ func TestAdmissionNotRunning(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	_, present := decode[wire.Health](t, rec).Checks[CheckAdmission]
 	require.False(t, present)
+}
+
+// TestLeaseQuota: a gpu lease that would take its agent past the GPU quota of its admission
+// policy is refused 429 quota with Retry-After, naming the limit and the holding; the policy
+// change is audited with the quota; other agents and cpu leases are not limited.
+func TestLeaseQuota(t *testing.T) {
+	t.Parallel()
+	b, _ := setupAdmission(t, nil)
+	ctx := context.Background()
+	snap := telemetry.Snapshot{NodeID: "n", Source: telemetry.SourceSimulated, GPUs: []telemetry.GPU{
+		{Index: 0, UUID: "GPU-n-0", MemoryTotalMB: 81920, MemoryFreeMB: 81920},
+		{Index: 1, UUID: "GPU-n-1", MemoryTotalMB: 81920, MemoryFreeMB: 81920}}}
+	require.NoError(t, b.lm.RecordSnapshot(ctx, snap))
+
+	rec := b.request(t, http.MethodPut, "/control/admission", "admin",
+		wire.AdmissionPolicyUpdate{Agent: "alice", MaxGPUs: ptr(1), MaxGPUMemoryMB: ptr(int64(50000))})
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	p := decode[wire.AdmissionPolicy](t, rec)
+	require.Equal(t, 1, p.MaxGPUs)
+	require.EqualValues(t, 50000, p.MaxGPUMemoryMB)
+	evs, err := b.st.AuditList(ctx, store.AuditListParams{Limit: 100})
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	last := evs[len(evs)-1]
+	require.Equal(t, admission.EventPolicySet, last.EventType)
+	require.Contains(t, string(last.Details), `"max_gpus":1`)
+	require.Contains(t, string(last.Details), `"max_gpu_memory_mb":50000`)
+
+	rec = b.request(t, http.MethodPost, "/leases", "alice", wire.LeaseRequest{NodeID: "n", MinMemoryMB: 60000})
+	e := requireError(t, rec, http.StatusTooManyRequests, wire.CodeQuota, "")
+	require.Equal(t, `agent "alice" holds 0 of 50000 MB of GPU memory (max_gpu_memory_mb); this lease needs 60000 MB`, e.Message)
+	require.Equal(t, "5", rec.Header().Get("Retry-After"))
+
+	rec = b.request(t, http.MethodPost, "/leases", "alice", wire.LeaseRequest{NodeID: "n", MinMemoryMB: 1000})
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = b.request(t, http.MethodPost, "/leases", "alice", wire.LeaseRequest{NodeID: "n", MinMemoryMB: 1000})
+	e = requireError(t, rec, http.StatusTooManyRequests, wire.CodeQuota, "")
+	require.Equal(t, `agent "alice" holds 1 of 1 GPU(s) (max_gpus); this lease needs 1`, e.Message)
+	require.Equal(t, "5", rec.Header().Get("Retry-After"))
+
+	rec = b.request(t, http.MethodPost, "/leases", "alice", wire.LeaseRequest{Mode: wire.LeaseModeCPU, MinMemoryMB: 1})
+	require.Equal(t, http.StatusCreated, rec.Code, "a cpu lease holds no GPU: %s", rec.Body.String())
+	rec = b.request(t, http.MethodPost, "/leases", "bob", wire.LeaseRequest{NodeID: "n", MinMemoryMB: 1000})
+	require.Equal(t, http.StatusCreated, rec.Code, "bob has the default policy, without a quota: %s", rec.Body.String())
 }

@@ -35,7 +35,8 @@ const (
 var leaseTokenRE = regexp.MustCompile(`^` + leases.TokenPrefix + `[0-9a-f]{32}$`)
 
 // grantLease handles POST /leases: 201 with the grant, 409 with the reason of a denial
-// (no_capacity, node_unknown, telemetry_stale). An agent token takes leases for its own agent.
+// (no_capacity, node_unknown, telemetry_stale), 429 quota with Retry-After for a gpu lease that
+// would take the agent past its GPU quota. An agent token takes leases for its own agent.
 func (s *Server) grantLease(c *gin.Context) {
 	id := mustIdentity(c)
 	var req wire.LeaseRequest
@@ -53,6 +54,9 @@ func (s *Server) grantLease(c *gin.Context) {
 		return
 	}
 	l, err := s.leases.Grant(c.Request.Context(), p)
+	if qe := (*leases.QuotaError)(nil); errors.As(err, &qe) {
+		setRetryAfter(c, qe.RetryAfter)
+	}
 	if err != nil {
 		s.writeError(c, leaseError(err))
 		return
@@ -196,12 +200,18 @@ func checkLeaseList(p *store.LeaseListParams, id Identity, limit string) error {
 }
 
 // leaseError turns the lease manager's refusals into API errors: a denial is a 409 whose code
-// is its reason, an ended lease a 410, a job's lease a 409.
+// is its reason, an ended lease a 410, a job's lease a 409, a lease over its agent's GPU quota
+// a 429 (its Retry-After set by the caller).
 func leaseError(err error) error {
-	var gone *leases.GoneError
+	var (
+		gone  *leases.GoneError
+		quota *leases.QuotaError
+	)
 	switch d, isDenial := leases.IsDenial(err); {
 	case isDenial:
 		return &Error{Status: http.StatusConflict, Code: d.Reason, Message: d.Message}
+	case errors.As(err, &quota):
+		return &Error{Status: http.StatusTooManyRequests, Code: wire.CodeQuota, Message: quota.Message}
 	case errors.As(err, &gone):
 		code := wire.CodeLeaseExpired
 		if gone.Status == store.LeaseReleased {

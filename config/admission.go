@@ -77,7 +77,21 @@ type AdmissionPolicy struct {
 	Burst int `yaml:"burst"`
 	// MaxPending caps the agent's non-terminal jobs; 0: no cap.
 	MaxPending int `yaml:"max_pending"`
+	// MaxGPUMemoryMB caps the GPU memory an agent holds at once in active gpu leases (memory
+	// on each GPU of a lease counts); 0: no cap. As a default it applies to each agent, not
+	// to all of them together.
+	MaxGPUMemoryMB int64 `yaml:"max_gpu_memory_mb"`
+	// MaxGPUs caps the GPUs an agent holds at once (the sum of its active gpu leases' GPU
+	// counts); 0: no cap.
+	MaxGPUs int `yaml:"max_gpus"`
 }
+
+// Bounds of the GPU quota of a policy: far past any cluster, they only catch a unit mistake
+// (bytes for megabytes) or an overflowing product.
+const (
+	AdmissionMaxGPUMemoryMBMax = 1 << 30 // 1 EiB in MB
+	AdmissionMaxGPUsMax        = 1 << 20
+)
 
 func (c *Config) applyAdmissionEnv(getenv func(string) string) error {
 	if err := boolEnv(getenv, "ORCH_ADMISSION_DISABLED", &c.Admission.Disabled); err != nil {
@@ -118,6 +132,10 @@ func ValidateAdmissionPolicy(p AdmissionPolicy) error {
 		return &AdmissionPolicyError{"burst", fmt.Sprintf("%d: want 1..10000000", p.Burst)}
 	case p.MaxPending < 0 || p.MaxPending > 1e8:
 		return &AdmissionPolicyError{"max_pending", fmt.Sprintf("%d: want 0 (no cap)..100000000", p.MaxPending)}
+	case p.MaxGPUMemoryMB < 0 || p.MaxGPUMemoryMB > AdmissionMaxGPUMemoryMBMax:
+		return &AdmissionPolicyError{"max_gpu_memory_mb", fmt.Sprintf("%d: want 0 (no cap)..%d", p.MaxGPUMemoryMB, AdmissionMaxGPUMemoryMBMax)}
+	case p.MaxGPUs < 0 || p.MaxGPUs > AdmissionMaxGPUsMax:
+		return &AdmissionPolicyError{"max_gpus", fmt.Sprintf("%d: want 0 (no cap)..%d", p.MaxGPUs, AdmissionMaxGPUsMax)}
 	}
 	return nil
 }

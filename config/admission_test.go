@@ -60,6 +60,8 @@ job_types:
 		{"Rate", "admission: {default_policy: {rate_per_sec: -1}}\n", "admission.default_policy.rate_per_sec"},
 		{"Burst", "admission: {default_policy: {burst: -5}}\n", "admission.default_policy.burst"},
 		{"MaxPending", "admission: {default_policy: {max_pending: -1}}\n", "admission.default_policy.max_pending"},
+		{"MaxGPUs", "admission: {default_policy: {max_gpus: -1}}\n", "admission.default_policy.max_gpus"},
+		{"MaxGPUMemoryMB", "admission: {default_policy: {max_gpu_memory_mb: 9000000000}}\n", "admission.default_policy.max_gpu_memory_mb"},
 		{"LimiterDown", "admission: {limiter_down_gpu: maybe}\n", `limiter_down_gpu "maybe": want open or closed`},
 		{"Refresh", "admission: {refresh_interval: 10ms}\n", "refresh_interval 10ms"},
 		{"NegativeHold", "admission: {gpu_hold: -1s}\n", "gpu_hold must not be negative"},

@@ -121,8 +121,8 @@ func lockClaim(ctx context.Context, tx store.Tx, p ClaimParams) (map[string]*sto
 }
 
 // placeClaims prepares a lease for each claimable job and plans its claim; a job no GPU has
-// room for is refused with retry_later (res.Refused) and stays pending, the denial recorded as
-// its waiting reason.
+// room for, or that would take its agent past its GPU quota, is refused with retry_later
+// (res.Refused) and stays pending, the denial recorded as its waiting reason.
 func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, claimable []candidate, gpuJobs bool,
 	now time.Time, res *ClaimResult) ([]plan, []store.Lease, error) {
 	// The scheduler's placements first: their leases are locked after the jobs, like the
@@ -133,10 +133,13 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 	}
 	// Lock the node's GPUs before any non-locking read of the transaction, so the
 	// reservations read are the latest committed (store.GPUExecutor.GPULockNode).
-	var node *leases.NodeLock
+	var (
+		node   *leases.NodeLock
+		quotas *passQuotas // the GPU quotas of the jobs' agents (quota.go)
+	)
 	if gpuJobs {
 		var err error
-		if node, err = e.leases.LockNode(ctx, tx, p.NodeID, now); err != nil {
+		if node, quotas, err = e.lockClaimNode(ctx, tx, p.NodeID, claimable, now); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -154,6 +157,13 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 			}
 			continue
 		}
+		if why := quotas.claimOver(c.job, node); why != "" {
+			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedRetryLater, Detail: leases.ReasonQuota})
+			if why != c.job.WaitingReason {
+				waiting[why] = append(waiting[why], c.job.ID)
+			}
+			continue
+		}
 		lease, err := e.leases.Prepare(node, e.leaseParams(c.job, p, attempts), now)
 		if d, ok := leases.IsDenial(err); ok {
 			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedRetryLater, Detail: d.Reason})
@@ -166,6 +176,7 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 		}
 		plans = append(plans, claimPlan(c, p, attempts, lease, now))
 		granted = append(granted, lease)
+		quotas.add(lease)
 		res.Leases[c.job.ID] = lease
 	}
 	for why, ids := range waiting {

@@ -82,7 +82,7 @@ type ScheduleResult struct {
 	Placed []Placement
 	// Waiting counts the jobs left waiting by the kind of their reason (no_capacity,
 	// no_fresh_telemetry, no_worker, unsatisfiable, reserved, node_unknown, telemetry_stale,
-	// cordoned).
+	// cordoned, quota, constraints, no_pool_for_model).
 	Waiting map[string]int
 	// Held is the hold to pass to the next pass.
 	Held Hold
@@ -244,7 +244,8 @@ type schedulePass struct {
 	leased map[string]leasedJobs
 
 	cluster *leases.Cluster
-	hold    Hold // the node held from the held job on in line
+	quotas  *passQuotas // the agents' GPU quotas and holdings (quota.go)
+	hold    Hold        // the node held from the held job on in line
 	res     ScheduleResult
 	placed  []store.Job
 	leases  []store.Lease
@@ -267,6 +268,9 @@ func (s *schedulePass) run(ctx context.Context, tx store.Tx, waiting []store.Job
 		return err
 	}
 	if s.leased, err = jobsPerNode(ctx, tx, waiting); err != nil {
+		return err
+	}
+	if s.quotas, err = s.e.lockedQuotas(ctx, tx, waiting); err != nil { // after the GPU locks
 		return err
 	}
 	// The placements' time is after the locks: a release that committed while the pass
@@ -328,6 +332,9 @@ func (s *schedulePass) place(j *store.Job) error {
 	if j.GPUMemoryMB == 0 {
 		return s.placeCPU(j, nodes, routes)
 	}
+	if s.quotaWaits(j, "") {
+		return nil
+	}
 	eligible := nodes
 	if s.hold.Node != "" {
 		eligible = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == s.hold.Node })
@@ -379,6 +386,9 @@ func (s *schedulePass) place(j *store.Job) error {
 // placeOn reserves j's lease on node and plans its placement there, for pool's workers when
 // pool is not "".
 func (s *schedulePass) placeOn(j *store.Job, node, pool string) error {
+	if s.quotaWaits(j, node) {
+		return nil
+	}
 	meta, _ := json.Marshal(struct {
 		Attempt  int    `json:"attempt"`
 		PlacedBy string `json:"placed_by"`
@@ -396,6 +406,7 @@ func (s *schedulePass) placeOn(j *store.Job, node, pool string) error {
 		LeaseToken: &lease.Token, PlacedNode: &target, Enqueued: &f, WaitingReason: &empty, Now: s.now,
 	})
 	s.leases = append(s.leases, lease)
+	s.quotas.add(lease)
 	waited := max(s.now.Sub(j.AvailableAt), 0)
 	s.events = append(s.events, s.event(j, EventPlaced, lease.Token, map[string]any{
 		"node_id": node, "pool_id": pool, "gpu_indexes": lease.GPUIndexes, "lease": leases.GrantDetails(lease),

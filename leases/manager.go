@@ -69,6 +69,10 @@ type Options struct {
 	// Recorded, when set, is called after a node's GPU telemetry was recorded: the wiring
 	// wakes the scheduler, as the memory free there may have changed.
 	Recorded func(nodeID string)
+	// Quotas, when set, returns an agent's GPU quota: the most GPU memory (MB) and GPUs it may
+	// hold at once in active gpu leases, 0 for no cap. The wiring reads the admission
+	// policies' cache (admission.Controller.Quota); grants and the scheduler enforce it.
+	Quotas func(agent string) (maxGPUMemoryMB int64, maxGPUs int)
 }
 
 // Manager grants, renews, releases and lists leases, and records GPU telemetry. It is safe for
@@ -84,6 +88,8 @@ type Manager struct {
 	// recorded: see Options.Recorded.
 	recorded func(nodeID string)
 	seen     nodeSeen // the node registry rows this instance wrote (node_labels.go)
+	// quotas: see Options.Quotas.
+	quotas func(agent string) (int64, int)
 }
 
 // New returns a Manager over st. It fails on an invalid configuration.
@@ -93,7 +99,7 @@ func New(st store.Store, cfg Config, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{store: st, cfg: cfg, now: opts.Now, nodeID: opts.NodeID, recorded: opts.Recorded,
-		log: logging.Component(opts.Logger, "leases")}
+		quotas: opts.Quotas, log: logging.Component(opts.Logger, "leases")}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -160,22 +166,39 @@ func (m *Manager) Prepare(node *NodeLock, p GrantParams, now time.Time) (store.L
 }
 
 // Grant grants one lease in its own transaction: for a gpu lease it locks the node's GPU rows,
-// places the lease, inserts it and its audit row. A denial is a *DenialError.
+// places the lease, inserts it and its audit row. A denial is a *DenialError; a gpu lease that
+// would take its agent past its GPU quota is a *QuotaError (checked under the lock of every
+// node's GPU rows, so that concurrent grants of the agent see each other).
 func (m *Manager) Grant(ctx context.Context, p GrantParams) (store.Lease, error) {
 	now := m.nowUTC()
 	p.NodeID = cmp.Or(p.NodeID, m.nodeID)
+	var quota Quota
+	if p.Mode == store.LeaseGPU {
+		quota = m.Quota(p.Agent)
+	}
 	var lease store.Lease
 	err := m.store.WithTx(ctx, func(tx store.Tx) error {
-		var node *NodeLock
-		if p.Mode == store.LeaseGPU {
-			var err error
-			if node, err = m.LockNode(ctx, tx, p.NodeID, now); err != nil {
-				return err
-			}
+		var (
+			node *NodeLock
+			err  error
+		)
+		switch {
+		case quota.Limited():
+			node, err = m.LockNodeForQuota(ctx, tx, p.NodeID, now)
+		case p.Mode == store.LeaseGPU:
+			node, err = m.LockNode(ctx, tx, p.NodeID, now)
 		}
-		var err error
+		if err != nil {
+			return err
+		}
 		if lease, err = m.Prepare(node, p, now); err != nil {
 			return err
+		}
+		if quota.Limited() {
+			// After the placement: an exclusive lease counts the whole GPU it reserves.
+			if err := checkQuota(ctx, tx, quota, lease); err != nil {
+				return err
+			}
 		}
 		if err := tx.LeaseInsert(ctx, []store.Lease{lease}); err != nil {
 			return err

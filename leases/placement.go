@@ -149,20 +149,36 @@ func (n *NodeLock) leftover(r Request, fits []int) int64 {
 	return sum
 }
 
+// Reservation is the memory Place would reserve on each GPU for r now, taking nothing: r's
+// own, or for an exclusive r the whole of the GPUs it would get (what an agent's quota counts).
+// It returns a *DenialError when the node cannot take r now.
+func (n *NodeLock) Reservation(r Request) (int64, error) {
+	fits, err := n.choose(r)
+	if err != nil {
+		return 0, err
+	}
+	return n.reservation(r, fits), nil
+}
+
+// reservation is the memory r reserves on each of the GPUs at fits.
+func (n *NodeLock) reservation(r Request, fits []int) int64 {
+	if !r.Exclusive {
+		return r.MemoryMB
+	}
+	// The whole of each GPU, as far as the smallest of them allows: the reservation is one
+	// number per lease.
+	reserve := int64(math.MaxInt64)
+	for _, i := range fits {
+		g := n.gpus[i]
+		reserve = min(reserve, g.MemoryTotalMB-n.margin-g.ReservedMB)
+	}
+	return max(reserve, r.MemoryMB)
+}
+
 // take reserves r on the GPUs at fits (choose's) and returns their indexes and the memory
 // reserved on each.
 func (n *NodeLock) take(r Request, fits []int) (gpuIndexes []int, reserve int64) {
-	reserve = r.MemoryMB
-	if r.Exclusive {
-		// The whole of each GPU, as far as the smallest of them allows: the reservation is one
-		// number per lease.
-		reserve = math.MaxInt64
-		for _, i := range fits {
-			g := n.gpus[i]
-			reserve = min(reserve, g.MemoryTotalMB-n.margin-g.ReservedMB)
-		}
-		reserve = max(reserve, r.MemoryMB)
-	}
+	reserve = n.reservation(r, fits)
 	gpuIndexes = make([]int, 0, len(fits))
 	for _, i := range fits {
 		g := &n.gpus[i]

@@ -10,7 +10,8 @@ import (
 // waitingReasons are the kinds of reason a pending GPU job waits for (engine.ScheduleResult's
 // Waiting keys), each series kept at 0 when none waits for it.
 var waitingReasons = []string{"no_capacity", "no_fresh_telemetry", "no_worker", "unsatisfiable", "reserved",
-	"node_unknown", "telemetry_stale", "placement_expired", engine.ReasonCordoned}
+	"node_unknown", "telemetry_stale", "placement_expired", engine.ReasonCordoned, "quota",
+	engine.ReasonConstraints, engine.ReasonNoPoolForModel}
 
 // Metrics are the scheduler's: placements by type, the GPU jobs its last pass left waiting by
 // reason (set by the leader only), and failed passes.

@@ -22,9 +22,17 @@ type AdmissionPolicy struct {
 	// MaxPending caps the agent's non-terminal jobs (pending, claimed, running, failed); 0 means
 	// no cap.
 	MaxPending int
-	// Enabled says whether the bucket and MaxPending apply to the agent. A disabled policy
-	// exempts the agent from both; the cluster-wide gates (GPU pressure, queue depth) still
-	// apply, because they protect the cluster rather than share it.
+	// MaxGPUMemoryMB caps the GPU memory the agent holds at once in active gpu leases (its
+	// running and placed jobs' and its own), each counting memory_mb on each of its GPUs; 0
+	// means no cap. The default policy's applies to each agent without a row, not to all of
+	// them together.
+	MaxGPUMemoryMB int64
+	// MaxGPUs caps the GPUs the agent holds at once: the sum of its active gpu leases' GPU
+	// counts (two leases of one GPU count two); 0 means no cap.
+	MaxGPUs int
+	// Enabled says whether the bucket, MaxPending and the GPU quota apply to the agent. A
+	// disabled policy exempts the agent from them all; the cluster-wide gates (GPU pressure,
+	// queue depth) still apply, because they protect the cluster rather than share it.
 	Enabled   bool
 	UpdatedAt time.Time
 }

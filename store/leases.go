@@ -120,6 +120,16 @@ type NodeJobCount struct {
 	Jobs                    int
 }
 
+// GPUHolding is what an agent holds in its active gpu leases: what its GPU quota
+// (AdmissionPolicy.MaxGPUs, MaxGPUMemoryMB) caps.
+type GPUHolding struct {
+	// GPUs is the sum of the leases' GPU counts: two leases of one GPU count two, the
+	// conservative reading (each is a share the agent holds).
+	GPUs int
+	// MemoryMB is the sum of the leases' memory_mb times their GPU counts.
+	MemoryMB int64
+}
+
 // LeaseExecutor is the operations on orchestrator_leases.
 type LeaseExecutor interface {
 	// LeaseInsert inserts new leases (one multi-row insert). A token that exists is ErrConflict.
@@ -135,6 +145,11 @@ type LeaseExecutor interface {
 	// LeaseJobsPerNode counts, per type, agent and node, the jobs of types that hold an
 	// active lease there (running, or placed by the scheduler): max_per_node's count.
 	LeaseJobsPerNode(ctx context.Context, types []string) ([]NodeJobCount, error)
+	// LeaseHoldings returns what each of agents holds in active gpu leases
+	// (idx_leases_agent_status); an agent without any is absent. Inside a transaction that
+	// locked every GPU row first (GPULockAll), no grant or placement can change the answer
+	// before the commit.
+	LeaseHoldings(ctx context.Context, agents []string) (map[string]GPUHolding, error)
 	// LeaseList returns leases newest first.
 	LeaseList(ctx context.Context, p LeaseListParams) ([]Lease, error)
 	// LeaseSetStatus applies one compare-and-set of a lease's status.

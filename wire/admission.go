@@ -16,6 +16,9 @@ const (
 	CodeQueueFull = "queue_full"
 	// CodeMaxPending: the agent has max_pending unfinished jobs already.
 	CodeMaxPending = "max_pending"
+	// CodeQuota: a gpu lease (POST /leases) would take the agent past its GPU quota
+	// (max_gpus, max_gpu_memory_mb) with what it holds already.
+	CodeQuota = "quota"
 )
 
 // AdmissionDefaultAgent is the agent of the default policy in PUT /control/admission.
@@ -28,7 +31,14 @@ type AdmissionPolicy struct {
 	Burst      int     `json:"burst"`
 	// MaxPending caps the agent's unfinished jobs; 0: no cap.
 	MaxPending int `json:"max_pending"`
-	// Enabled false exempts the agent from its bucket and max_pending (not from the gates).
+	// MaxGPUMemoryMB caps the GPU memory the agent holds at once in active gpu leases (its
+	// jobs' and its own; a lease counts its memory on each of its GPUs); 0: no cap.
+	MaxGPUMemoryMB int64 `json:"max_gpu_memory_mb"`
+	// MaxGPUs caps the GPUs the agent holds at once (two leases of one GPU count two); 0: no
+	// cap. The default policy's caps each agent without a policy, not all of them together.
+	MaxGPUs int `json:"max_gpus"`
+	// Enabled false exempts the agent from its bucket, max_pending and its GPU quota (not from
+	// the gates).
 	Enabled bool `json:"enabled"`
 	// UpdatedAt is the last change; absent for the configured default policy.
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
@@ -43,7 +53,11 @@ type AdmissionPolicyUpdate struct {
 	RatePerSec *float64 `json:"rate_per_sec,omitempty"`
 	Burst      *int     `json:"burst,omitempty"`
 	MaxPending *int     `json:"max_pending,omitempty"`
-	Enabled    *bool    `json:"enabled,omitempty"`
+	// MaxGPUMemoryMB and MaxGPUs set the GPU quota: 0..1073741824 MB and 0..1048576 GPUs, 0
+	// for no cap.
+	MaxGPUMemoryMB *int64 `json:"max_gpu_memory_mb,omitempty"`
+	MaxGPUs        *int   `json:"max_gpus,omitempty"`
+	Enabled        *bool  `json:"enabled,omitempty"`
 }
 
 // AdmissionStatus is the answer of GET /control/admission: the answering instance's view.

@@ -259,7 +259,7 @@ const (
 type ClaimRefusal struct {
 	JobID  string `json:"job_id"`
 	Reason string `json:"reason"`
-	// Detail says why a retry_later: the lease denial (no_capacity, node_unknown,
+	// Detail says why a retry_later: the lease denial (no_capacity, quota, node_unknown,
 	// telemetry_stale).
 	Detail string `json:"detail,omitempty"`
 }

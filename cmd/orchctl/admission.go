@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,9 +96,9 @@ func (g *globals) printAdmission(out io.Writer, st client.AdmissionStatus) error
 	if len(st.Policies) == 0 {
 		fmt.Fprintln(out, "no agent has a policy of its own")
 	} else {
-		t = newTable(out, "AGENT", "RATE/S", "BURST", "MAX PENDING", "ENABLED", "UPDATED")
+		t = newTable(out, "AGENT", "RATE/S", "BURST", "MAX PENDING", "GPU QUOTA", "ENABLED", "UPDATED")
 		for _, p := range st.Policies {
-			t.row(p.Agent, fmtFloat(p.RatePerSec), strconv.Itoa(p.Burst), maxPending(p.MaxPending), yesNo(p.Enabled),
+			t.row(p.Agent, fmtFloat(p.RatePerSec), strconv.Itoa(p.Burst), maxPending(p.MaxPending), gpuQuota(p), yesNo(p.Enabled),
 				fmtRelativePtr(p.UpdatedAt, now))
 		}
 		if err := t.flush(); err != nil {
@@ -132,7 +133,26 @@ func fmtPolicy(p client.AdmissionPolicy) string {
 	if !p.Enabled {
 		state = "disabled (exempt)"
 	}
-	return fmt.Sprintf("%s/s burst %d, max_pending %s, %s", fmtFloat(p.RatePerSec), p.Burst, maxPending(p.MaxPending), state)
+	quota := ""
+	if p.MaxGPUs > 0 || p.MaxGPUMemoryMB > 0 {
+		quota = ", gpu quota " + gpuQuota(p) + " per agent"
+	}
+	return fmt.Sprintf("%s/s burst %d, max_pending %s%s, %s", fmtFloat(p.RatePerSec), p.Burst, maxPending(p.MaxPending), quota, state)
+}
+
+// gpuQuota shows a policy's GPU quota: "2 GPUs, 80.0G", "none" when it has no cap.
+func gpuQuota(p client.AdmissionPolicy) string {
+	var parts []string
+	if p.MaxGPUs > 0 {
+		parts = append(parts, strconv.Itoa(p.MaxGPUs)+" GPUs")
+	}
+	if p.MaxGPUMemoryMB > 0 {
+		parts = append(parts, fmtMB(p.MaxGPUMemoryMB))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // maxPending shows a max_pending: "none" for 0 (no cap).

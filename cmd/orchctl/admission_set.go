@@ -34,13 +34,15 @@ type setFlags struct {
 	rate       float64
 	burst      int
 	maxPending int
+	maxMemory  int64
+	maxGPUs    int
 	enabled    bool
 }
 
 func newAdmissionSetCmd(g *globals) *cobra.Command {
 	var f setFlags
 	cmd := &cobra.Command{
-		Use:   "set --agent A|'*' | --all-agents  [--rate R] [--burst B] [--max-pending N] [--enabled=true|false]",
+		Use:   "set --agent A|'*' | --all-agents  [--rate R] [--burst B] [--max-pending N] [--max-gpus N] [--max-gpu-memory-mb MB] [--enabled=true|false]",
 		Short: "Change an agent's admission policy (or the default, or all of them)",
 		Long: `Change admission policies (PUT /control/admission). Only the fields given change: the others
 keep the agent's current values (for an agent without a policy, the default policy's). When
@@ -48,8 +50,14 @@ keep the agent's current values (for an agent without a policy, the default poli
 
 --agent '*' changes the default policy, which every agent without a policy of its own gets.
 --all-agents changes the default policy and every agent's own policy: the way to throttle the
-whole cluster at once. --enabled=false exempts an agent from its bucket and max_pending (not
-from the gates).
+whole cluster at once. --enabled=false exempts an agent from its bucket, max_pending and its
+GPU quota (not from the gates).
+
+--max-gpus and --max-gpu-memory-mb are the agent's GPU quota: the most GPUs and GPU memory it
+holds at once in active gpu leases (its running and placed jobs' and its own leases; a lease of
+two GPUs counts two, as do two leases of one GPU). Over it, its GPU jobs wait (waiting_reason
+quota) and its gpu lease requests are refused 429 quota. The default policy's quota caps each
+agent without a policy of its own, not all of them together.
 
 Throttle every submit and lease request in an emergency (at most one request per agent per
 1000 seconds), after saving the current policies:
@@ -59,12 +67,14 @@ Throttle every submit and lease request in an emergency (at most one request per
 
 and put them back with "orchctl admission restore admission-before.json".
 
-Limits: rate 0.001..1000000 per second, burst 1..10000000, max_pending 0 (no cap)..100000000.
+Limits: rate 0.001..1000000 per second, burst 1..10000000, max_pending 0 (no cap)..100000000,
+max_gpus 0 (no cap)..1048576, max_gpu_memory_mb 0 (no cap)..1073741824.
 Exit codes: 0 every policy set; 2 none could be (a bad value is a 400 naming the field); 6 some
 could not (--all-agents; each named on stderr). With -o json the one document is {"results":
 [{"agent", "outcome", "policy", "error"}]}.`,
 		Example: `  orchctl admission set --agent batch-embedder --rate 20 --max-pending 500
   orchctl admission set --agent '*' --rate 100
+  orchctl admission set --agent trainer --max-gpus 2 --max-gpu-memory-mb 100000
   orchctl admission set --all-agents --rate 0.001 --burst 1 --enabled=true`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: runWithFlags(g.setAdmission, &f),
@@ -75,7 +85,9 @@ could not (--all-agents; each named on stderr). With -o json the one document is
 	fl.Float64Var(&f.rate, "rate", 0, "sustained submits and lease requests per second")
 	fl.IntVar(&f.burst, "burst", 0, "requests an idle bucket admits at once")
 	fl.IntVar(&f.maxPending, "max-pending", 0, "cap on the agent's unfinished jobs (0: no cap)")
-	fl.BoolVar(&f.enabled, "enabled", true, "false exempts the agent from its bucket and max_pending")
+	fl.Int64Var(&f.maxMemory, "max-gpu-memory-mb", 0, "most GPU memory the agent holds at once, in MB (0: no cap)")
+	fl.IntVar(&f.maxGPUs, "max-gpus", 0, "most GPUs the agent holds at once (0: no cap)")
+	fl.BoolVar(&f.enabled, "enabled", true, "false exempts the agent from its bucket, max_pending and GPU quota")
 	cmd.MarkFlagsMutuallyExclusive("agent", "all-agents")
 	cmd.MarkFlagsOneRequired("agent", "all-agents")
 	return cmd
@@ -94,11 +106,17 @@ func (g *globals) setAdmission(cmd *cobra.Command, f *setFlags) error {
 	if changed("max-pending") {
 		u.MaxPending = &f.maxPending
 	}
+	if changed("max-gpu-memory-mb") {
+		u.MaxGPUMemoryMB = &f.maxMemory
+	}
+	if changed("max-gpus") {
+		u.MaxGPUs = &f.maxGPUs
+	}
 	if changed("enabled") {
 		u.Enabled = &f.enabled
 	}
-	if u.RatePerSec == nil && u.Burst == nil && u.MaxPending == nil && u.Enabled == nil {
-		return usageErrorf(cmd, "nothing to change: give --rate, --burst, --max-pending or --enabled")
+	if u == (client.AdmissionPolicyUpdate{}) {
+		return usageErrorf(cmd, "nothing to change: give --rate, --burst, --max-pending, --max-gpus, --max-gpu-memory-mb or --enabled")
 	}
 	c, err := g.client(cmd)
 	if err != nil {
@@ -179,7 +197,8 @@ could be restored; 6 some could not (each named on stderr). With -o json the one
 			for _, p := range saved.Policies {
 				keep[p.Agent] = true
 				stored, err := c.SetAdmissionPolicy(cmd.Context(), client.AdmissionPolicyUpdate{Agent: p.Agent,
-					RatePerSec: &p.RatePerSec, Burst: &p.Burst, MaxPending: &p.MaxPending, Enabled: &p.Enabled})
+					RatePerSec: &p.RatePerSec, Burst: &p.Burst, MaxPending: &p.MaxPending,
+					MaxGPUMemoryMB: &p.MaxGPUMemoryMB, MaxGPUs: &p.MaxGPUs, Enabled: &p.Enabled})
 				if err := add(policyResult{Agent: p.Agent, Outcome: outcomeSet, Policy: &stored}, err); err != nil {
 					return err
 				}
@@ -246,13 +265,14 @@ func (g *globals) printPolicyResults(cmd *cobra.Command, results []policyResult)
 		fmt.Fprintln(cmd.ErrOrStderr(), "nothing to change")
 		return nil
 	}
-	t := newTable(cmd.OutOrStdout(), "AGENT", "RATE/S", "BURST", "MAX PENDING", "ENABLED", "RESULT")
+	t := newTable(cmd.OutOrStdout(), "AGENT", "RATE/S", "BURST", "MAX PENDING", "GPU QUOTA", "ENABLED", "RESULT")
 	for _, r := range results {
-		rate, burst, pending, enabled := "-", "-", "-", "-"
+		rate, burst, pending, quota, enabled := "-", "-", "-", "-", "-"
 		if p := r.Policy; p != nil {
-			rate, burst, pending, enabled = fmtFloat(p.RatePerSec), strconv.Itoa(p.Burst), maxPending(p.MaxPending), yesNo(p.Enabled)
+			rate, burst, pending, quota, enabled = fmtFloat(p.RatePerSec), strconv.Itoa(p.Burst), maxPending(p.MaxPending),
+				gpuQuota(*p), yesNo(p.Enabled)
 		}
-		t.row(r.Agent, rate, burst, pending, enabled, r.Outcome)
+		t.row(r.Agent, rate, burst, pending, quota, enabled, r.Outcome)
 	}
 	return t.flush()
 }

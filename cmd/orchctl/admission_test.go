@@ -21,7 +21,7 @@ func TestAdmissionGetSet(t *testing.T) {
 	require.Contains(t, r.stdout, "no agent has a policy of its own")
 
 	r = b.runOK(t, "admission", "set", "--agent", "alice", "--rate", "10", "--max-pending", "50")
-	require.Equal(t, []string{"alice", "10", "20", "50", "yes", "set"}, tableRows(t, r.stdout)[0], "%s", r)
+	require.Equal(t, []string{"alice", "10", "20", "50", "none", "yes", "set"}, tableRows(t, r.stdout)[0], "%s", r)
 	st := decodeJSON[client.AdmissionStatus](t, b.runOK(t, "admission", "get", "-o", "json"))
 	require.Len(t, st.Policies, 1)
 	require.Equal(t, 10.0, st.Policies[0].RatePerSec)
@@ -36,8 +36,16 @@ func TestAdmissionGetSet(t *testing.T) {
 	require.Equal(t, exitAPI, r.code, "%s", r)
 	require.Contains(t, r.stderr, "(field rate_per_sec)")
 
+	// The GPU quota: shown in the tables, refused out of bounds naming the field.
+	r = b.runOK(t, "admission", "set", "--agent", "alice", "--max-gpus", "2", "--max-gpu-memory-mb", "81920")
+	require.Equal(t, []string{"alice", "10", "3", "50", "2", "GPUs,", "80.0G", "yes", "set"}, tableRows(t, r.stdout)[0], "%s", r)
+	require.Regexp(t, `(?m)^alice\s+10\s+3\s+50\s+2 GPUs, 80.0G\s+yes`, b.runOK(t, "admission", "get").stdout)
+	r = b.run(t, "admission", "set", "--agent", "alice", "--max-gpus", "-1")
+	require.Equal(t, exitAPI, r.code, "%s", r)
+	require.Contains(t, r.stderr, "(field max_gpus)")
+
 	r = b.runOK(t, "admission", "delete", "alice")
-	require.Equal(t, []string{"alice", "-", "-", "-", "-", "deleted"}, tableRows(t, r.stdout)[0], "%s", r)
+	require.Equal(t, []string{"alice", "-", "-", "-", "-", "-", "deleted"}, tableRows(t, r.stdout)[0], "%s", r)
 	r = b.run(t, "admission", "delete", "alice")
 	require.Equal(t, exitAPI, r.code, "%s", r)
 	require.Contains(t, r.stderr, "404 not_found")
@@ -81,7 +89,7 @@ func TestAdmissionEmergencyThrottle(t *testing.T) {
 	require.Contains(t, r.stderr, "429 rate_limited")
 
 	r = b.runOK(t, "admission", "restore", saved)
-	require.Equal(t, [][]string{{"bob", "100", "200", "none", "no", "set"}, {"*", "-", "-", "-", "-", "deleted"}},
+	require.Equal(t, [][]string{{"bob", "100", "200", "none", "none", "no", "set"}, {"*", "-", "-", "-", "-", "-", "deleted"}},
 		tableRows(t, r.stdout), "%s", r)
 	st := decodeJSON[client.AdmissionStatus](t, b.runOK(t, "admission", "get", "-o", "json"))
 	require.Equal(t, "config", st.DefaultSource)

@@ -32,6 +32,9 @@ the details after it in parentheses:
   no_pool_for_model   no pool with a live worker of its type serves the job's model
   placement_expired   it was placed, but no worker of that node claimed it in time
   cordoned            the only nodes that could run it are cordoned ("orchctl nodes list")
+  quota               its agent holds as many GPUs or as much GPU memory as its admission
+                      policy allows (max_gpus, max_gpu_memory_mb); it is placed as soon as
+                      the agent's jobs or leases end ("orchctl admission get" shows quotas)
   node_unknown, telemetry_stale
                       a worker's node refused it at its claim (the scheduler is disabled)
 
@@ -117,6 +120,9 @@ func waitingWhy(j client.Job) string {
 	case "cordoned":
 		what = "waits for an uncordon: the only nodes that could run type " + j.Type + " are cordoned; " +
 			"see orchctl nodes list"
+	case "quota":
+		what = "waits for its agent's GPU quota: agent " + j.Agent + " holds what its admission policy allows; " +
+			"it is placed as soon as the agent's other GPU jobs or leases end"
 	case "node_unknown", "telemetry_stale":
 		what = "waits for a place: the node of the worker that read it could not take it"
 	default:

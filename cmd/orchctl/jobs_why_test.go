@@ -63,11 +63,13 @@ func TestWhyWaitingReasons(t *testing.T) {
 			"no node that runs type gpu could hold it even idle",
 		`placement_expired: placed on node "n1", no worker there claimed it before its lease expired; another node is preferred`: "waits " +
 			"to be placed again: it was placed, but no worker of that node claimed it in time",
+		`quota: agent "a" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`: "waits for its agent's GPU quota: " +
+			"agent a holds what its admission policy allows; it is placed as soon as the agent's other GPU jobs or leases end",
 		`node_unknown: node "n9" has reported no GPU`:                   "waits for a place: the node of the worker that read it could not take it",
 		`telemetry_stale: the telemetry of node "n9" is 2m old`:         "waits for a place: the node of the worker that read it could not take it",
 		"something_new: a kind this orchctl does not know, shown as is": "waits for a place: something_new: a kind",
 	} {
-		got := g.why(client.Job{Status: "pending", Type: "gpu", GPUMemoryMB: 1000, WaitingReason: reason})
+		got := g.why(client.Job{Status: "pending", Type: "gpu", Agent: "a", GPUMemoryMB: 1000, WaitingReason: reason})
 		require.Contains(t, got, want, reason)
 		require.Contains(t, got, reason, "the reason itself is shown")
 	}

@@ -142,8 +142,9 @@ type core struct {
 	el    leader.Elector
 	adm   *admission.Controller
 	pools *pools.Service
-	// stop stops what startCore started, in reverse order: admission, the lease loops, then
-	// the election (resigning first: a follower takes over within one interval).
+	// stop stops what startCore started, in reverse order: the lease loops, the election
+	// (resigning first: a follower takes over within one interval), then admission, whose
+	// policies' GPU quotas the scheduler and the grants read until then.
 	stop func()
 }
 
@@ -164,11 +165,19 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	// this instance leads in, and refused on a follower.
 	var term currentTerm
 	om := metrics.NewRegistry(log)
+	// Admission first: its policies carry the agents' GPU quotas, which the lease grants and
+	// the scheduler read from its cache.
+	adm, stopAdmission, err := startAdmission(ctx, cfg, st, be.redis, om, log)
+	if err != nil {
+		return nil, err
+	}
+	started.push(stopAdmission)
 	jm := engine.NewMetrics(cfg.TypeNames())
 	// A submit of GPU jobs, a release of GPU leases and a telemetry report wake the leader's
 	// scheduler, wherever it runs.
 	waker := scheduler.NewWaker(sc, log)
-	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: log, Recorded: func(string) { waker.Wake() }})
+	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: log, Recorded: func(string) { waker.Wake() },
+		Quotas: adm.Quota})
 	var local localTelemetry // set by startLeaseLoops
 	freed := local.freed(cfg.NodeID)
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: jm, Leases: lm,
@@ -198,11 +207,6 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 		return nil, err
 	}
 	started.push(stopLeaseLoops)
-	adm, stopAdmission, err := startAdmission(ctx, cfg, st, be.redis, om, log)
-	if err != nil {
-		return nil, err
-	}
-	started.push(stopAdmission)
 	return &core{eng: eng, st: st, sc: sc, lm: lm, om: om, el: el, adm: adm, pools: pw.svc, stop: started.run}, nil
 }
 

@@ -28,7 +28,7 @@ func testAdmission(t *testing.T, parent *bundle) {
 // policy returns a policy of an agent of the subtest.
 func (b *bundle) policy(name string) store.AdmissionPolicy {
 	return store.AdmissionPolicy{Agent: b.prefix + name, RatePerSec: 2.5, Burst: 7, MaxPending: 100,
-		Enabled: true, UpdatedAt: b.now}
+		MaxGPUMemoryMB: 40000, MaxGPUs: 2, Enabled: true, UpdatedAt: b.now}
 }
 
 // policiesOfSubtest lists the policies and keeps those of this subtest (the table is shared).
@@ -57,6 +57,7 @@ func testAdmissionPolicyRoundTrip(t *testing.T, b *bundle) {
 	limited := b.policy("limited")
 	exempt := b.policy("exempt")
 	exempt.RatePerSec, exempt.Burst, exempt.MaxPending, exempt.Enabled = 0.001, 1, 0, false
+	limited.MaxGPUMemoryMB, limited.MaxGPUs = 1<<40, 3 // past 32 bits: the column is a BIGINT
 
 	for _, p := range []store.AdmissionPolicy{limited, exempt} {
 		stored, err := b.s.AdmissionPolicyUpsert(ctx, p)
@@ -85,6 +86,7 @@ func testAdmissionPolicyUpsertReplaces(t *testing.T, b *bundle) {
 	require.NoError(t, err)
 
 	p.RatePerSec, p.Burst, p.MaxPending, p.Enabled = 1000, 2000, 0, false
+	p.MaxGPUMemoryMB, p.MaxGPUs = 0, 8
 	p.UpdatedAt = b.now.Add(time.Minute)
 	_, err = b.s.AdmissionPolicyUpsert(ctx, p)
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ func testLeases(t *testing.T, parent *bundle) {
 		{"ListAndExpired", testLeaseListAndExpired},
 		{"GPUSnapshotAndCapacity", testGPUSnapshotAndCapacity},
 		{"MultiGPULease", testMultiGPULease},
+		{"Holdings", testLeaseHoldings},
 	})
 }
 
@@ -300,4 +301,42 @@ func testMultiGPULease(t *testing.T, b *bundle) {
 	mb, _, ex = reserved(gpus)
 	require.Equal(t, []int64{0, 2000, 0, 0}, mb, "a released lease frees every GPU it held")
 	require.Equal(t, []bool{false, false, false, false}, ex)
+}
+
+// testLeaseHoldings: an agent holds the GPUs and memory of its active gpu leases, a lease of
+// several GPUs counting each; cpu leases, ended leases and other agents' leases do not count.
+func testLeaseHoldings(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	other := b.prefix + "other"
+	pair := b.lease("pair", intp(0), 10000)
+	pair.GPUIndexes = []int{0, 2}
+	sameGPU := b.lease("same-gpu", intp(0), 3000) // the agent's second share of GPU 0: counts again
+	cpu := b.lease("cpu", nil, 500)
+	ended := b.lease("ended", intp(1), 7000)
+	theirs := b.lease("theirs", intp(1), 4000)
+	theirs.Agent = other
+	require.NoError(t, b.s.LeaseInsert(ctx, []store.Lease{pair, sameGPU, cpu, ended, theirs}))
+	require.NoError(t, b.s.LeaseSetStatus(ctx, store.LeaseStatusUpdate{
+		Token: ended.Token, From: store.LeaseActive, To: store.LeaseReleased, Now: b.now.Add(time.Second)}))
+
+	got, err := b.s.LeaseHoldings(ctx, []string{b.agent(), other, b.prefix + "nobody", b.agent()})
+	require.NoError(t, err)
+	require.Equal(t, map[string]store.GPUHolding{
+		b.agent(): {GPUs: 3, MemoryMB: 2*10000 + 3000},
+		other:     {GPUs: 1, MemoryMB: 4000},
+	}, got, "an agent without active gpu leases is absent")
+
+	// Read in a transaction after the GPU rows are locked, as the scheduler and a grant do.
+	require.NoError(t, b.s.WithTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.GPULockAll(ctx); err != nil {
+			return err
+		}
+		in, err := tx.LeaseHoldings(ctx, []string{other})
+		require.NoError(t, err)
+		require.Equal(t, map[string]store.GPUHolding{other: {GPUs: 1, MemoryMB: 4000}}, in)
+		return nil
+	}))
+	none, err := b.s.LeaseHoldings(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
 }

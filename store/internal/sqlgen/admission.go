@@ -13,14 +13,15 @@ import (
 // This file holds the statements of admission policies and of the audit log that both
 // dialects share (store.AdmissionExecutor, store.AuditExecutor).
 
-const admissionColumns = "agent, rate_per_sec, burst, max_pending, enabled, updated_at"
+const admissionColumns = "agent, rate_per_sec, burst, max_pending, enabled, updated_at, max_gpu_memory_mb, max_gpus"
 
 // AdmissionPolicyUpsert inserts or replaces the policy of p.Agent in one statement
 // (Dialect.Upsert), with no read first, so concurrent writers of one agent cannot deadlock.
 func (e Executor) AdmissionPolicyUpsert(ctx context.Context, p store.AdmissionPolicy) (store.AdmissionPolicy, error) {
-	_, err := e.w.ExecContext(ctx, `INSERT INTO admission_policies (`+admissionColumns+`) VALUES (?, ?, ?, ?, ?, ?) `+
-		e.d.Upsert([]string{"agent"}, []string{"rate_per_sec", "burst", "max_pending", "enabled", "updated_at"}),
-		p.Agent, p.RatePerSec, p.Burst, p.MaxPending, p.Enabled, e.d.Time(p.UpdatedAt))
+	_, err := e.w.ExecContext(ctx, `INSERT INTO admission_policies (`+admissionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?) `+
+		e.d.Upsert([]string{"agent"}, []string{"rate_per_sec", "burst", "max_pending", "enabled", "updated_at",
+			"max_gpu_memory_mb", "max_gpus"}),
+		p.Agent, p.RatePerSec, p.Burst, p.MaxPending, p.Enabled, e.d.Time(p.UpdatedAt), p.MaxGPUMemoryMB, p.MaxGPUs)
 	if err != nil {
 		return store.AdmissionPolicy{}, fmt.Errorf("set admission policy of %s: %w", p.Agent, e.d.MapErr(err))
 	}
@@ -54,7 +55,8 @@ func (e Executor) AdmissionPolicyDelete(ctx context.Context, agent string) error
 
 func (enc Encoding) scanAdmissionPolicy(row Scanner) (store.AdmissionPolicy, error) {
 	var p store.AdmissionPolicy
-	err := row.Scan(&p.Agent, &p.RatePerSec, &p.Burst, &p.MaxPending, &p.Enabled, enc.at(&p.UpdatedAt))
+	err := row.Scan(&p.Agent, &p.RatePerSec, &p.Burst, &p.MaxPending, &p.Enabled, enc.at(&p.UpdatedAt),
+		&p.MaxGPUMemoryMB, &p.MaxGPUs)
 	return p, err
 }
 

@@ -121,6 +121,40 @@ func (e Executor) LeaseJobsPerNode(ctx context.Context, types []string) ([]store
 	return out, nil
 }
 
+// LeaseHoldings sums the active gpu leases of each of agents, grouped by gpu_indexes: a group's
+// leases have the same number of GPUs (one, plus those listed there), which multiplies its
+// count and its memory.
+func (e Executor) LeaseHoldings(ctx context.Context, agents []string) (map[string]store.GPUHolding, error) {
+	type group struct {
+		agent, more string
+		leases      int
+		memoryMB    int64
+	}
+	groups, err := chunked(DistinctIDs(agents), e.d.Chunk, func(chunk []string) ([]group, error) {
+		return query(ctx, e.d, e.r, func(row Scanner) (group, error) {
+			var g group
+			return g, row.Scan(&g.agent, &g.more, &g.leases, &g.memoryMB)
+		}, "SELECT agent_name, gpu_indexes, COUNT(*), COALESCE(SUM(memory_mb), 0) FROM orchestrator_leases WHERE agent_name IN ("+
+			Placeholders(len(chunk))+") AND status = ? AND mode = ? GROUP BY agent_name, gpu_indexes",
+			append(Args(chunk), string(store.LeaseActive), string(store.LeaseGPU))...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sum the agents' gpu leases: %w", err)
+	}
+	out := map[string]store.GPUHolding{}
+	for _, g := range groups {
+		gpus, err := GPUIndexes(0, g.more)
+		if err != nil {
+			return nil, fmt.Errorf("sum the gpu leases of %s: %w", g.agent, err)
+		}
+		h := out[g.agent]
+		h.GPUs += g.leases * len(gpus)
+		h.MemoryMB += g.memoryMB * int64(len(gpus))
+		out[g.agent] = h
+	}
+	return out, nil
+}
+
 // leasesByToken reads the leases of tokens (distinct) on x.
 func (e Executor) leasesByToken(ctx context.Context, x Reader, tokens []string, forUpdate bool) ([]store.Lease, error) {
 	return chunked(tokens, e.d.Chunk, func(chunk []string) ([]store.Lease, error) {
