@@ -23,6 +23,14 @@ var (
 	streamRefPattern = ident.Pattern{Min: 0, Max: 256}
 )
 
+// validStreamRef reports whether s may name a stream: a type's stream, or a node stream, whose
+// placement target may end in "@<pool>" (store.Target).
+func validStreamRef(s string) bool {
+	base, pool, routed := strings.Cut(s, "@")
+	return len(s) <= streamRefPattern.Max && streamRefPattern.MatchString(base) &&
+		(!routed || engine.PoolIDPattern.MatchString(pool))
+}
+
 // claim handles POST /internal/jobs/claim.
 func (s *Server) claim(c *gin.Context) {
 	var req wire.ClaimRequest
@@ -141,8 +149,9 @@ func validateClaim(req wire.ClaimRequest) error {
 		switch {
 		case !engine.JobIDPattern.MatchString(it.JobID):
 			return badID(itemField("jobs", i, "job_id"), engine.JobIDPattern)
-		case !streamRefPattern.MatchString(it.Stream):
-			return badID(itemField("jobs", i, "stream"), streamRefPattern)
+		case !validStreamRef(it.Stream):
+			return badRequest(itemField("jobs", i, "stream"), "must be %s, with at most one @ before a pool id",
+				streamRefPattern.Rule())
 		case !streamRefPattern.MatchString(it.MessageID):
 			return badID(itemField("jobs", i, "message_id"), streamRefPattern)
 		}

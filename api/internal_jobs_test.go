@@ -218,7 +218,10 @@ func TestWorkerBadInput(t *testing.T) {
 			{`{"worker_id":"..","jobs":[]}`, "worker_id", ident.ID.Rule()},
 			{`{"worker_id":"w1","node_id":".","jobs":[]}`, "node_id", ident.ID.Rule()},
 			{`{"worker_id":"w1","jobs":[{"job_id":".."}]}`, "jobs[0].job_id", engine.JobIDPattern.Rule()},
-			{`{"worker_id":"w1","jobs":[{"job_id":"a","stream":"s t"}]}`, "jobs[0].stream", streamRefPattern.Rule()},
+			{`{"worker_id":"w1","jobs":[{"job_id":"a","stream":"s t"}]}`, "jobs[0].stream",
+				streamRefPattern.Rule() + ", with at most one @ before a pool id"},
+			{`{"worker_id":"w1","jobs":[{"job_id":"a","stream":"s:n@p@q"}]}`, "jobs[0].stream",
+				streamRefPattern.Rule() + ", with at most one @ before a pool id"},
 		} {
 			e := requireError(t, b.request(t, http.MethodPost, "/internal/jobs/claim", "worker", c.body),
 				http.StatusBadRequest, CodeInvalidRequest, c.field)

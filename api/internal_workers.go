@@ -33,7 +33,7 @@ func (s *Server) registerWorker(c *gin.Context) {
 	}
 	in, err := s.pools.RegisterWorker(c.Request.Context(), pools.RegisterParams{
 		WorkerID: req.WorkerID, PoolID: req.PoolID, NodeID: req.NodeID, Hostname: req.Hostname,
-		PID: req.PID, Types: req.Types, Concurrency: req.Concurrency, NodeLabels: req.NodeLabels,
+		PID: req.PID, Types: req.Types, Concurrency: req.Concurrency, NodeLabels: req.NodeLabels, WarmModel: req.WarmModel,
 	})
 	if err != nil {
 		s.writeError(c, err)

@@ -194,7 +194,7 @@ func workerToWire(w store.Worker) wire.Worker {
 		Types: w.Types, Concurrency: w.Concurrency, Status: string(w.Status),
 		Instruction: string(w.Instruction), InFlight: w.InFlight, JobsClaimed: w.JobsClaimed,
 		RegisteredAt: w.RegisteredAt.UTC(), LastHeartbeat: w.LastHeartbeat.UTC(),
-		LastActiveAt: utcPtr(w.LastActiveAt), Telemetry: w.Telemetry,
+		LastActiveAt: utcPtr(w.LastActiveAt), Telemetry: w.Telemetry, WarmModel: w.WarmModel,
 	}
 	if out.Types == nil {
 		out.Types = []string{}

@@ -266,6 +266,12 @@ type Worker struct {
 	Block time.Duration `yaml:"block"`
 	// Commands are the programs the exec handler may run, by name: argv only, never a shell.
 	Commands map[string]*Command `yaml:"commands"`
+	// Preload names the command (in Commands) a worker of a pool runs once, for its pool's
+	// model, before it registers and takes jobs (ORCH_WORKER_PRELOAD); "" for none.
+	Preload string `yaml:"preload"`
+	// ModelID is the model the worker's pool serves (ORCH_MODEL_ID, which the local
+	// provisioner sets); "": the model of the pool's latest preload event.
+	ModelID string `yaml:"model_id"`
 	// MetricsAddr is where the worker serves GET /metrics (ORCH_WORKER_METRICS_ADDR); "0"
 	// disables it.
 	MetricsAddr string `yaml:"metrics_addr"`
@@ -345,6 +351,8 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	str("ORCH_LOG_FORMAT", &c.LogFormat)
 	str("ORCH_WORKER_ID", &c.Worker.ID)
 	str("ORCH_POOL_ID", &c.Worker.PoolID)
+	str("ORCH_WORKER_PRELOAD", &c.Worker.Preload)
+	str("ORCH_MODEL_ID", &c.Worker.ModelID)
 	str("ORCH_API_URL", &c.Worker.APIURL)
 	str("ORCH_API_TOKEN", &c.Worker.APIToken)
 	str("ORCH_WORKER_METRICS_ADDR", &c.Worker.MetricsAddr)

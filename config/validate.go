@@ -137,6 +137,9 @@ func (c *Config) validateWorker() []error {
 			bad("worker.commands.%s.argv must name a program", name)
 		}
 	}
+	if p := c.Worker.Preload; p != "" && c.Worker.Commands[p] == nil {
+		bad("worker.preload: %q is not in worker.commands (the preload runs a configured command, never a shell)", p)
+	}
 	if c.Worker.Concurrency < 1 || c.Worker.Concurrency > 10000 {
 		bad("worker.concurrency must be in 1..10000")
 	}

@@ -201,3 +201,23 @@ func firstPool(routes map[string][]string, node string) string {
 	}
 	return ""
 }
+
+// warmNodes are the nodes of routes where a live worker of a pool the job may go to preloaded
+// the job's model (its model_id, or its pool's model): the scheduler tries them first.
+func (s *schedulePass) warmNodes(j *store.Job, routes map[string][]string) []string {
+	model := j.ModelID
+	if model == "" && j.PoolID != "" {
+		model = s.pools[j.PoolID].ModelID
+	}
+	if model == "" || routes == nil {
+		return nil
+	}
+	var out []string
+	for _, w := range s.workers {
+		if w.WarmModel == model && slices.Contains(routes[w.NodeID], w.PoolID) && !slices.Contains(out, w.NodeID) {
+			out = append(out, w.NodeID)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -100,3 +100,32 @@ func testScheduleRouting(t *testing.T, b *bundle) {
 	require.Len(t, c.Claimed, 1)
 	require.Equal(t, "p1", b.job(t, "m1-1").OwnerPool)
 }
+
+// TestScheduleWarm: a job of a model goes first to a node where a worker of a pool serving it
+// preloaded the model, even when a cold node has more free slots; with the warm node full, to
+// the cold one.
+func TestScheduleWarm(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	require.NoError(t, b.store.PoolInsert(ctx, store.Pool{ID: "p1", ModelID: "m1", Agent: "x", Types: []string{"noop"},
+		DesiredWorkers: 2, Status: store.PoolRunning, CreatedAt: now, UpdatedAt: now, StartedAt: now, StatusChangedAt: now}))
+	for _, w := range []store.Worker{
+		{ID: "cold", PoolID: "p1", NodeID: "a", Concurrency: 8},
+		{ID: "warm", PoolID: "p1", NodeID: "b", Concurrency: 1, WarmModel: "m1"},
+	} {
+		w.Types, w.Status, w.RegisteredAt, w.LastHeartbeat = []string{"noop"}, store.WorkerIdle, now, now
+		require.NoError(t, b.store.WorkerUpsert(ctx, w))
+	}
+	for _, id := range []string{"w1", "w2"} {
+		_, _, err := b.eng.Submit(ctx, engine.SubmitParams{JobID: id, Type: "noop", Agent: "x", Payload: json.RawMessage(`{}`),
+			Actor: "agent:x", ModelID: "m1"})
+		require.NoError(t, err)
+	}
+	b.eng.FlushMarks(ctx)
+	res := b.schedule(t, engine.ScheduleParams{})
+	require.Len(t, res.Placed, 2)
+	require.Equal(t, "b", res.Placed[0].Node, "the warm node first")
+	require.Equal(t, "a", res.Placed[1].Node, "the warm node's one slot is taken: the cold node")
+}

@@ -340,6 +340,13 @@ func (s *schedulePass) place(j *store.Job) error {
 		eligible = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == s.hold.Node })
 	}
 	policy := cmp.Or(s.p.Policy, leases.PolicyBestFit)
+	if warm := s.warmNodes(j, routes); len(warm) > 0 && len(warm) < len(nodes) {
+		// The nodes where a worker is warm for the job's model first.
+		onWarm := slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return !slices.Contains(warm, n) })
+		if node, err := s.cluster.Choose(req, onWarm, policy); err == nil {
+			return s.placeOn(j, node, firstPool(routes, node))
+		}
+	}
 	if avoid := s.avoid[j.ID]; len(avoid) > 0 {
 		// Another node first: the job's worker was lost on these, or never came.
 		others := slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return slices.Contains(avoid, n) })

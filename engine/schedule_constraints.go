@@ -162,12 +162,31 @@ func (e *Engine) selectorLabels(ctx context.Context, waiting []store.Job) (map[s
 // holds more of the type's jobs than its workers can take. When every slot is taken the job
 // waits, no_capacity, naming each node's slots.
 func (s *schedulePass) placeCPU(j *store.Job, nodes []string, routes map[string][]string) error {
-	type target struct {
-		node, pool string
-		free       int
-		avoided    bool
+	// The nodes where a worker is warm for the job's model first.
+	if warm := s.warmNodes(j, routes); len(warm) > 0 && len(warm) < len(nodes) {
+		if t, _ := s.chooseCPU(j, warm, routes); t != nil {
+			return s.placeOn(j, t.node, t.pool)
+		}
 	}
-	var best *target
+	t, full := s.chooseCPU(j, nodes, routes)
+	if t != nil {
+		return s.placeOn(j, t.node, t.pool)
+	}
+	s.wait(j, fmt.Sprintf("%s: every node that runs type %s has its worker slots taken (%s)", leases.ReasonNoCapacity,
+		j.Type, strings.Join(full, ", ")))
+	return nil
+}
+
+// cpuTarget is where placeCPU may place a job, and the slots free there.
+type cpuTarget struct {
+	node, pool string
+	free       int
+	avoided    bool
+}
+
+// chooseCPU returns placeCPU's choice among nodes, or nil and the full targets (at most five).
+func (s *schedulePass) chooseCPU(j *store.Job, nodes []string, routes map[string][]string) (*cpuTarget, []string) {
+	var best *cpuTarget
 	var full []string
 	for _, n := range nodes {
 		pools, all := routes[n], routes == nil
@@ -183,18 +202,13 @@ func (s *schedulePass) placeCPU(j *store.Job, nodes []string, routes map[string]
 				}
 				continue
 			}
-			t := &target{node: n, pool: pool, free: slots - used, avoided: slices.Contains(s.avoid[j.ID], n)}
+			t := &cpuTarget{node: n, pool: pool, free: slots - used, avoided: slices.Contains(s.avoid[j.ID], n)}
 			if best == nil || (best.avoided && !t.avoided) || (t.avoided == best.avoided && t.free > best.free) {
 				best = t
 			}
 		}
 	}
-	if best != nil {
-		return s.placeOn(j, best.node, best.pool)
-	}
-	s.wait(j, fmt.Sprintf("%s: every node that runs type %s has its worker slots taken (%s)", leases.ReasonNoCapacity,
-		j.Type, strings.Join(full, ", ")))
-	return nil
+	return best, full
 }
 
 // leaseMode is the mode of the lease a placement reserves for j: a GPU job's holds memory on

@@ -32,6 +32,8 @@ type RegisterParams struct {
 	// NodeLabels are the node's configured labels (nil: the node's are kept); recorded in the
 	// node registry when NodeID is set.
 	NodeLabels map[string]string
+	// WarmModel is the model the worker preloaded before registering ("" for none).
+	WarmModel string
 }
 
 // HeartbeatParams is one worker heartbeat (POST /internal/workers/{id}/heartbeat).
@@ -66,7 +68,7 @@ func (s *Service) RegisterWorker(ctx context.Context, p RegisterParams) (Instruc
 		now := s.nowUTC()
 		w := store.Worker{ID: p.WorkerID, PoolID: p.PoolID, NodeID: p.NodeID, Hostname: p.Hostname,
 			PID: p.PID, Types: p.Types, Concurrency: p.Concurrency, Status: store.WorkerIdle,
-			RegisteredAt: now, LastHeartbeat: now}
+			RegisteredAt: now, LastHeartbeat: now, WarmModel: p.WarmModel}
 		if err := tx.WorkerUpsert(ctx, w); err != nil {
 			return err
 		}
@@ -81,7 +83,7 @@ func (s *Service) RegisterWorker(ctx context.Context, p RegisterParams) (Instruc
 		}
 		return tx.AuditInsert(ctx, []store.AuditEvent{auditEvent(EventWorkerRegistered, p.PoolID, now,
 			"worker:"+p.WorkerID, map[string]any{"worker_id": p.WorkerID, "node_id": p.NodeID,
-				"hostname": p.Hostname, "pid": p.PID, "types": p.Types, "concurrency": p.Concurrency, "node_labels": p.NodeLabels})})
+				"hostname": p.Hostname, "pid": p.PID, "types": p.Types, "concurrency": p.Concurrency, "node_labels": p.NodeLabels, "warm_model": p.WarmModel})})
 	})
 	if err != nil {
 		return Instruction{}, fmt.Errorf("register worker %s: %w", p.WorkerID, err)
@@ -195,6 +197,8 @@ func validateRegister(p RegisterParams) error {
 		return invalid("node_id", "must be %s", ident.ID.Rule())
 	case !nameRE.MatchString(p.Hostname):
 		return invalid("hostname", "must be at most 128 printable characters")
+	case !nameRE.MatchString(p.WarmModel):
+		return invalid("warm_model", "must be at most 128 printable characters")
 	case p.PID < 0:
 		return invalid("pid", "must not be negative")
 	case p.Concurrency < 0 || p.Concurrency > 10000:

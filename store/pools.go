@@ -143,6 +143,9 @@ type Worker struct {
 	RegisteredAt  time.Time
 	LastHeartbeat time.Time
 	LastActiveAt  *time.Time
+	// WarmModel is the model the worker ran its preload command for before it registered
+	// ("" when it ran none): the scheduler prefers its node for jobs of that model.
+	WarmModel string
 }
 
 // WorkerUpdate writes one worker's row (ErrNotFound when it does not exist). Nil fields are

@@ -62,6 +62,24 @@ func (c *Client) PublishPreload(ctx context.Context, p Preload) (string, error) 
 	return id, nil
 }
 
+// LatestPreload returns the newest preload event of pool among the last scan entries of the
+// preloads stream; false when there is none.
+func (c *Client) LatestPreload(ctx context.Context, pool string, scan int64) (Preload, bool, error) {
+	msgs, err := c.rdb.XRevRangeN(ctx, c.StreamKey(PreloadsStream), "+", "-", scan).Result()
+	if err != nil {
+		return Preload{}, false, fmt.Errorf("read preloads of pool %s: %w", pool, err)
+	}
+	for _, m := range msgs {
+		if ev, _ := m.Values[fieldEvent].(string); ev != EventPreload {
+			continue
+		}
+		if p := preloadOf(m); p.PoolID == pool {
+			return p, true, nil
+		}
+	}
+	return Preload{}, false, nil
+}
+
 // ListPreloads returns up to count preload events, oldest first (for operators and tests;
 // consumers read the stream through their own group).
 func (c *Client) ListPreloads(ctx context.Context, count int64) ([]Preload, error) {
@@ -74,20 +92,25 @@ func (c *Client) ListPreloads(ctx context.Context, count int64) ([]Preload, erro
 		if ev, _ := m.Values[fieldEvent].(string); ev != EventPreload {
 			continue
 		}
-		p := Preload{ID: m.ID}
-		p.PoolID, _ = m.Values[fieldPoolID].(string)
-		p.Agent, _ = m.Values[fieldAgentName].(string)
-		p.ModelID, _ = m.Values[fieldModelID].(string)
-		p.Adapter, _ = m.Values[fieldAdapter].(string)
-		p.Variant, _ = m.Values[fieldVariant].(string)
-		if types, _ := m.Values[fieldTypes].(string); types != "" {
-			p.Types = strings.Split(types, ",")
-		}
-		n, _ := m.Values[fieldDesiredWorkers].(string)
-		p.DesiredWorkers, _ = strconv.Atoi(n)
-		ts, _ := m.Values[fieldTS].(string)
-		p.At, _ = time.Parse(time.RFC3339Nano, ts)
-		out = append(out, p)
+		out = append(out, preloadOf(m))
 	}
 	return out, nil
+}
+
+// preloadOf reads a preload entry.
+func preloadOf(m redis.XMessage) Preload {
+	p := Preload{ID: m.ID}
+	p.PoolID, _ = m.Values[fieldPoolID].(string)
+	p.Agent, _ = m.Values[fieldAgentName].(string)
+	p.ModelID, _ = m.Values[fieldModelID].(string)
+	p.Adapter, _ = m.Values[fieldAdapter].(string)
+	p.Variant, _ = m.Values[fieldVariant].(string)
+	if types, _ := m.Values[fieldTypes].(string); types != "" {
+		p.Types = strings.Split(types, ",")
+	}
+	n, _ := m.Values[fieldDesiredWorkers].(string)
+	p.DesiredWorkers, _ = strconv.Atoi(n)
+	ts, _ := m.Values[fieldTS].(string)
+	p.At, _ = time.Parse(time.RFC3339Nano, ts)
+	return p
 }

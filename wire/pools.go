@@ -132,6 +132,8 @@ type Worker struct {
 	LastHeartbeat time.Time       `json:"last_heartbeat"`
 	LastActiveAt  *time.Time      `json:"last_active_at,omitempty"`
 	Telemetry     json.RawMessage `json:"telemetry,omitempty"`
+	// WarmModel is the model the worker preloaded before it registered.
+	WarmModel string `json:"warm_model,omitempty"`
 }
 
 // RegisterWorkerRequest is the body of POST /internal/workers/register.
@@ -147,6 +149,9 @@ type RegisterWorkerRequest struct {
 	// full configured set, which replaces the node's configured labels ({} clears them; left
 	// out, as an older worker does, they are kept).
 	NodeLabels map[string]string `json:"node_labels"`
+	// WarmModel is the model the worker ran its pool's preload command for before it
+	// registered (worker.preload); absent when it ran none.
+	WarmModel string `json:"warm_model,omitempty"`
 }
 
 // WorkerHeartbeatRequest is the body of POST /internal/workers/{id}/heartbeat.

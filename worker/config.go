@@ -60,6 +60,10 @@ type Config struct {
 	// NodeLabels are the node's configured labels (config node_labels), sent with the
 	// registration; validated by config.
 	NodeLabels map[string]string
+	// Preload, when set, runs once for the pool's model before the worker registers
+	// (worker/preload.go); ModelID is that model ("": the pool's latest preload event's).
+	Preload Preloader
+	ModelID string
 	// Types are the job types served (name, stream, handler). Required.
 	Types []*config.JobType
 	// Concurrency is how many jobs run at once, over all types (config.WorkerConcurrencyDefault).

@@ -137,7 +137,7 @@ func (m *membership) registration() wire.RegisterWorkerRequest {
 	}
 	return wire.RegisterWorkerRequest{WorkerID: m.w.cfg.WorkerID, PoolID: m.w.cfg.PoolID,
 		NodeID: m.w.cfg.NodeID, Hostname: host, PID: os.Getpid(), Types: types, Concurrency: m.w.cfg.Concurrency,
-		NodeLabels: labels}
+		NodeLabels: labels, WarmModel: m.w.warmModel}
 }
 
 // heartbeat is the worker's state now; the telemetry snapshot when it reads the node's GPUs.

@@ -37,6 +37,8 @@ type Worker struct {
 	deferred *deferrals
 	// renewNow asks the renewer for a report before its next tick (deferred.go).
 	renewNow chan struct{}
+	// warmModel is the model the preload loaded ("" for none), set before the worker registers.
+	warmModel string
 
 	starts  *batcher[*run]
 	results *batcher[*run]
@@ -120,6 +122,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.reportCtx, w.reportCancel = context.WithCancel(detached)
 	defer w.reportCancel()
 	defer w.handlerCancel(errShutdown)
+	// Warm before it registers: the scheduler sees it only once it can take its model's jobs.
+	if err := w.preload(ctx); err != nil {
+		return fmt.Errorf("run worker: %w", err)
+	}
 	// Registered while it runs: the registry's drain order ends ctx as a signal does.
 	ctx, leave := w.startMembership(ctx)
 	defer leave()

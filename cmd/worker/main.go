@@ -232,9 +232,15 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	api := client.New(cfg.Worker.APIURL, cfg.Worker.APIToken, client.WithUserAgent("gpuorch-worker/"+cfg.Worker.ID),
 		client.WithTLSConfig(tlsCfg))
+	var preload worker.Preloader
+	if name := cfg.Worker.Preload; name != "" {
+		preload = worker.PreloadCommand(cfg.Worker.Commands[name], cfg.Worker.PoolID)
+	}
 	w, err := worker.New(worker.Config{
 		WorkerID:          cfg.Worker.ID,
 		PoolID:            cfg.Worker.PoolID,
+		Preload:           preload,
+		ModelID:           cfg.Worker.ModelID,
 		NodeID:            cfg.NodeID,
 		NodeLabels:        cfg.NodeLabels,
 		Types:             types,

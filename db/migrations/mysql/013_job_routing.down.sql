@@ -1,1 +1,2 @@
+ALTER TABLE workers DROP COLUMN warm_model;
 ALTER TABLE orchestrator_jobs DROP COLUMN pool_id, DROP COLUMN model_id;

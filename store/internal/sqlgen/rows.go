@@ -28,7 +28,7 @@ const (
 	spawned_workers, status, status_reason, status_changed_at, hold_seconds, created_at, updated_at,
 	started_at, last_heartbeat, last_activity_at, metadata`
 	workerColumns = `worker_id, pool_id, node_id, hostname, pid, job_types, concurrency, status,
-	instruction, in_flight, jobs_claimed, telemetry, registered_at, last_heartbeat, last_active_at`
+	instruction, in_flight, jobs_claimed, telemetry, registered_at, last_heartbeat, last_active_at, warm_model`
 )
 
 // Scanner is one row to read: *sql.Row or *sql.Rows.
@@ -195,7 +195,7 @@ func (enc Encoding) scanWorker(row Scanner) (store.Worker, error) {
 	)
 	err := row.Scan(&w.ID, &w.PoolID, &w.NodeID, &w.Hostname, &w.PID, &types, &w.Concurrency, &status,
 		&instruction, &w.InFlight, &w.JobsClaimed, &telemetry, enc.at(&w.RegisteredAt),
-		enc.at(&w.LastHeartbeat), enc.atPtr(&w.LastActiveAt))
+		enc.at(&w.LastHeartbeat), enc.atPtr(&w.LastActiveAt), &w.WarmModel)
 	if err != nil {
 		return store.Worker{}, err
 	}

@@ -15,7 +15,7 @@ import (
 var (
 	workerKeys    = []string{"worker_id"}
 	workerUpdated = []string{"pool_id", "node_id", "hostname", "pid", "job_types", "concurrency", "status",
-		"instruction", "in_flight", "jobs_claimed", "telemetry", "registered_at", "last_heartbeat", "last_active_at"}
+		"instruction", "in_flight", "jobs_claimed", "telemetry", "registered_at", "last_heartbeat", "last_active_at", "warm_model"}
 )
 
 // WorkerUpsert inserts a worker or replaces every column of the existing row (Dialect.Upsert).
@@ -24,10 +24,10 @@ func (e Executor) WorkerUpsert(ctx context.Context, w store.Worker) error {
 		return fmt.Errorf("register worker: worker id %q or pool id %q is not ASCII", w.ID, w.PoolID)
 	}
 	_, err := e.w.ExecContext(ctx, "INSERT INTO workers ("+workerColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) `+e.d.Upsert(workerKeys, workerUpdated),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) `+e.d.Upsert(workerKeys, workerUpdated),
 		w.ID, w.PoolID, w.NodeID, TruncateUTF8(w.Hostname, 255), w.PID, TypesJSON(w.Types), w.Concurrency,
 		string(w.Status), string(w.Instruction), w.InFlight, w.JobsClaimed, JSONArg(w.Telemetry),
-		e.d.Time(w.RegisteredAt), e.d.Time(w.LastHeartbeat), e.d.nullTimePtr(w.LastActiveAt))
+		e.d.Time(w.RegisteredAt), e.d.Time(w.LastHeartbeat), e.d.nullTimePtr(w.LastActiveAt), w.WarmModel)
 	if err != nil {
 		return fmt.Errorf("register worker %s: %w", w.ID, e.d.MapErr(err))
 	}
