@@ -15,9 +15,12 @@ import (
 // cordonBodyBytes bounds a cordon's body: a reason of nodes.ReasonMax bytes, escaped.
 const cordonBodyBytes = 8 << 10
 
-// nodesOf is the node registry's service over the options' store, when it is a whole
-// store.Store (the process wiring and every test server pass one); nil otherwise.
+// nodesOf is opts.Nodes, or the node registry's service over the options' store when it is a
+// whole store.Store (the process wiring and every test server pass one); nil otherwise.
 func nodesOf(opts Options) *nodes.Service {
+	if opts.Nodes != nil {
+		return opts.Nodes
+	}
 	st, ok := opts.Store.(store.Store)
 	if !ok || opts.Leases == nil {
 		return nil

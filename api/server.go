@@ -68,6 +68,9 @@ type Options struct {
 	Admission *admission.Controller
 	// Pools serves the worker pools and the worker registry (nil: those routes answer 503).
 	Pools *pools.Service
+	// Nodes serves the node registry (nil: one over Store and Leases when Store is a whole
+	// store.Store, as the process wiring and the test servers pass; else /nodes answers 503).
+	Nodes *nodes.Service
 	// Ready overrides the readiness checks of /readyz: it returns one entry per dependency, nil
 	// when that dependency is fine. Default: database ping, applied migrations, Redis ping.
 	Ready func(ctx context.Context) map[string]error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,9 +33,9 @@ type nodeWrite struct {
 
 // recordNode records the automatic labels of snap's node in the node registry when they
 // changed or NodeSeenInterval passed since this instance last wrote them. A snapshot with no
-// usable GPU writes nothing (nodelabels.FromSnapshot).
+// usable GPU writes nothing (NodeLabels).
 func (m *Manager) recordNode(ctx context.Context, snap telemetry.Snapshot, now time.Time) error {
-	labels := nodelabels.FromSnapshot(snap)
+	labels := NodeLabels(snap)
 	if labels == nil {
 		return nil
 	}
@@ -54,4 +55,41 @@ func (m *Manager) recordNode(ctx context.Context, snap telemetry.Snapshot, now t
 	}
 	m.seen.nodes[snap.NodeID] = nodeWrite{labels: labels, at: now}
 	return nil
+}
+
+// NodeLabels returns the automatic labels (nodelabels.Key*) of a node's snapshot, or nil for a
+// snapshot with no usable GPU (a CPU-only reporter, or a node whose GPUs are all lost): such a
+// snapshot says nothing about the node's GPUs, and must not erase what another reporter of the
+// node said. Fields the telemetry does not have are left out.
+func NodeLabels(snap telemetry.Snapshot) map[string]string {
+	if len(snap.GPUs) == 0 {
+		return nil
+	}
+	largest := snap.GPUs[0]
+	mig := ""
+	for _, g := range snap.GPUs {
+		if g.MemoryTotalMB > largest.MemoryTotalMB {
+			largest = g
+		}
+		switch {
+		case g.MIG == telemetry.MIGEnabled:
+			mig = telemetry.MIGEnabled
+		case g.MIG == telemetry.MIGDisabled && mig == "":
+			mig = telemetry.MIGDisabled
+		}
+	}
+	out := map[string]string{
+		nodelabels.KeyCount:    strconv.Itoa(len(snap.GPUs)),
+		nodelabels.KeyMemoryMB: strconv.FormatInt(largest.MemoryTotalMB, 10),
+	}
+	add := func(k, v string) {
+		if v = nodelabels.AsValue(v); v != "" {
+			out[k] = v
+		}
+	}
+	add(nodelabels.KeyProduct, largest.Name)
+	add(nodelabels.KeyDriver, snap.DriverVersion)
+	add(nodelabels.KeyCUDA, snap.CUDAVersion)
+	add(nodelabels.KeyMIG, mig)
+	return out
 }

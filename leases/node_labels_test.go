@@ -54,3 +54,19 @@ func TestRecordSnapshotLabelsNode(t *testing.T) {
 	b.simulate(t, "labelled", "24576")
 	require.True(t, b.clock.Now().Equal(node().LastSeen))
 }
+
+func TestNodeLabels(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, leases.NodeLabels(telemetry.Snapshot{Source: telemetry.SourceNone}))
+	snap := telemetry.Snapshot{DriverVersion: "550.54.15", CUDAVersion: "12.4", GPUs: []telemetry.GPU{
+		{Index: 0, Name: "NVIDIA L4", MemoryTotalMB: 23034, MIG: telemetry.MIGDisabled},
+		{Index: 1, Name: "NVIDIA A100-SXM4-80GB", MemoryTotalMB: 81920, MIG: telemetry.MIGEnabled},
+	}}
+	require.Equal(t, map[string]string{
+		nodelabels.KeyCount: "2", nodelabels.KeyMemoryMB: "81920", nodelabels.KeyProduct: "NVIDIA-A100-SXM4-80GB",
+		nodelabels.KeyDriver: "550.54.15", nodelabels.KeyCUDA: "12.4", nodelabels.KeyMIG: telemetry.MIGEnabled,
+	}, leases.NodeLabels(snap))
+	// What the telemetry does not say is left out.
+	require.Equal(t, map[string]string{nodelabels.KeyCount: "1", nodelabels.KeyMemoryMB: "1000"},
+		leases.NodeLabels(telemetry.Snapshot{GPUs: []telemetry.GPU{{MemoryTotalMB: 1000}}}))
+}

@@ -1,11 +1,6 @@
 package nodelabels
 
-import (
-	"strconv"
-	"strings"
-
-	"github.com/gpuorch/orchestrator/telemetry"
-)
+import "strings"
 
 // The keys of the labels the orchestrator derives from a node's telemetry.
 const (
@@ -24,43 +19,6 @@ const (
 	// mode was read and none does; absent when it could not be read.
 	KeyMIG = AutoPrefix + "mig"
 )
-
-// FromSnapshot returns the automatic labels of a node's snapshot, or nil for a snapshot with
-// no usable GPU (a CPU-only reporter, or a node whose GPUs are all lost): such a snapshot says
-// nothing about the node's GPUs, and must not erase what another reporter of the node said.
-// Fields the telemetry does not have are left out.
-func FromSnapshot(snap telemetry.Snapshot) map[string]string {
-	if len(snap.GPUs) == 0 {
-		return nil
-	}
-	largest := snap.GPUs[0]
-	mig := ""
-	for _, g := range snap.GPUs {
-		if g.MemoryTotalMB > largest.MemoryTotalMB {
-			largest = g
-		}
-		switch {
-		case g.MIG == telemetry.MIGEnabled:
-			mig = telemetry.MIGEnabled
-		case g.MIG == telemetry.MIGDisabled && mig == "":
-			mig = telemetry.MIGDisabled
-		}
-	}
-	out := map[string]string{
-		KeyCount:    strconv.Itoa(len(snap.GPUs)),
-		KeyMemoryMB: strconv.FormatInt(largest.MemoryTotalMB, 10),
-	}
-	add := func(k, v string) {
-		if v = AsValue(v); v != "" {
-			out[k] = v
-		}
-	}
-	add(KeyProduct, largest.Name)
-	add(KeyDriver, snap.DriverVersion)
-	add(KeyCUDA, snap.CUDAVersion)
-	add(KeyMIG, mig)
-	return out
-}
 
 // AsValue makes s a label value: every byte a value may not hold becomes '-', runs of them
 // one, and the result is cut to Value.Max; "" when nothing is left.

@@ -3,8 +3,9 @@
 // node's telemetry (gpu.*), and how the two sources merge into the one labels map of a nodes
 // row.
 //
-// It is a leaf (it imports only internal/ident and telemetry) so that the configuration, the
-// store, the lease manager and the API can all share one set of rules.
+// It is a leaf (it imports only internal/ident) so that the configuration, the store, the
+// lease manager and the API share one set of rules; the lease manager derives the automatic
+// labels from telemetry (leases.NodeLabels).
 package nodelabels
 
 import (

@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/gpuorch/orchestrator/telemetry"
 )
 
 func TestValidate(t *testing.T) {
@@ -68,21 +66,10 @@ func TestMerge(t *testing.T) {
 	require.Equal(t, stored, Merge(stored, nil))
 }
 
-func TestFromSnapshot(t *testing.T) {
+func TestAsValue(t *testing.T) {
 	t.Parallel()
-	require.Nil(t, FromSnapshot(telemetry.Snapshot{Source: telemetry.SourceNone}))
-	snap := telemetry.Snapshot{DriverVersion: "550.54.15", CUDAVersion: "12.4", GPUs: []telemetry.GPU{
-		{Index: 0, Name: "NVIDIA L4", MemoryTotalMB: 23034, MIG: telemetry.MIGDisabled},
-		{Index: 1, Name: "NVIDIA A100-SXM4-80GB", MemoryTotalMB: 81920, MIG: telemetry.MIGEnabled},
-	}}
-	require.Equal(t, map[string]string{
-		KeyCount: "2", KeyMemoryMB: "81920", KeyProduct: "NVIDIA-A100-SXM4-80GB",
-		KeyDriver: "550.54.15", KeyCUDA: "12.4", KeyMIG: telemetry.MIGEnabled,
-	}, FromSnapshot(snap))
-	// What the telemetry does not say is left out.
-	require.Equal(t, map[string]string{KeyCount: "1", KeyMemoryMB: "1000"},
-		FromSnapshot(telemetry.Snapshot{GPUs: []telemetry.GPU{{MemoryTotalMB: 1000}}}))
 	require.NoError(t, Validate("x", map[string]string{"p": AsValue("Tesla V100 (PCIe) 16GB!")}))
 	require.Equal(t, "Tesla-V100-PCIe-16GB", AsValue("Tesla V100 (PCIe) 16GB!"))
+	require.Equal(t, "550.54.15", AsValue("550.54.15"))
 	require.Empty(t, AsValue("  "))
 }

@@ -318,6 +318,30 @@ q '.default_source == "config" and (.policies | length == 0)' admission get || f
 ok "admission restore: the configured default applies again"
 for i in 1 2; do expect 0 jobs cancel "oom-$i"; done
 
+# ---- 9. Cordon a node for maintenance -----------------------------------------------------
+step "9. cordon a node for maintenance"
+expect 0 pools scale gpu 1 --restart
+until_ok 60 "pool gpu running" pool_is gpu running
+expect 0 jobs submit --type gpu_sleep --agent ops --payload '{"ms": 3000}' --job-id cordon-run -q
+until_ok 60 "cordon-run in flight" eval '[ "$(in_flight gpu_sleep)" = 1 ]'
+expect 0 nodes list
+has "$OUT" "$NODE *ready"
+expect 0 nodes cordon "$NODE" --reason "runbook check"
+has "$OUT" "$NODE *cordoned"
+ok "nodes cordon: exit 0, cordoned"
+expect 0 jobs submit --type gpu_sleep --agent ops --payload '{"ms": 100}' --job-id cordon-wait -q
+until_ok 20 "cordon-wait waits for the cordon" q '.status == "pending" and (.waiting_reason | startswith("cordoned:"))' jobs get cordon-wait
+expect 0 jobs wait cordon-run --wait-timeout 60s --poll 200ms
+q '.status == "pending"' jobs get cordon-wait || fail "cordon-wait ran on the cordoned node"
+ok "a new GPU job waits cordoned:, the running one finished"
+expect 0 nodes uncordon "$NODE"
+has "$OUT" "$NODE *ready"
+expect 0 jobs wait cordon-wait --wait-timeout 60s --poll 200ms
+[ "$(sql "SELECT COUNT(*) FROM \`$DB\`.orchestrator_audit WHERE event_type IN ('node.cordoned', 'node.uncordoned')")" = 2 ] ||
+  fail "the cordon and uncordon are not audited"
+ok "nodes uncordon: exit 0, ready; the waiting job ran; both audited"
+expect 0 pools evict gpu --wait --wait-timeout 60s --poll 200ms
+
 # ---- 7. Replay the dead-letter queue after a fix -----------------------------------------
 step "7. replay the dead-letter queue after a fix"
 expect 0 pools create tools --agent ops --model m --types flaky,noop,sleep --workers 1

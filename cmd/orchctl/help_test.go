@@ -41,7 +41,7 @@ func TestOperatorCommandsHelpAndCompletion(t *testing.T) {
 		r := orchctl(t, "", "--help")
 		require.Equal(t, exitOK, r.code, "%s", r)
 		require.Contains(t, r.stdout, "  6    partly done:")
-		for _, group := range []string{"admission", "control", "dlq", "gpus", "leases", "pools"} {
+		for _, group := range []string{"admission", "control", "dlq", "gpus", "leases", "nodes", "pools"} {
 			require.Regexp(t, `(?m)^  `+group+`\s`, r.stdout)
 		}
 	})
