@@ -159,7 +159,7 @@ func (s *schedulePass) route(j *store.Job, nodes []string) (map[string][]string,
 	routes := map[string][]string{}
 	for _, w := range s.workers {
 		if w.PoolID == "" || !slices.Contains(nodes, w.NodeID) ||
-			!(slices.Contains(w.Types, j.Type) || len(w.Types) == 0) {
+			!slices.Contains(workerTypes(w), j.Type) && !slices.Contains(workerTypes(w), "*") {
 			continue
 		}
 		if j.PoolID != "" && w.PoolID != j.PoolID {

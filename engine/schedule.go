@@ -108,17 +108,13 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	if err != nil {
 		return ScheduleResult{}, err
 	}
-	cordoned, err := e.cordonedNodes(ctx)
+	cordoned, labels, err := e.registry(ctx)
 	if err != nil {
 		return ScheduleResult{}, err
 	}
 	nodes, closed := splitCordoned(nodes, cordoned)
 	slices.SortStableFunc(waiting, func(a, b store.Job) int { return scheduleOrder(a, b, now) })
 	avoid, err := e.avoidNodes(ctx, waiting)
-	if err != nil {
-		return ScheduleResult{}, err
-	}
-	labels, err := e.selectorLabels(ctx, waiting)
 	if err != nil {
 		return ScheduleResult{}, err
 	}
@@ -236,7 +232,7 @@ type schedulePass struct {
 	cordoned map[string][]string
 	avoid    map[string][]string // job → nodes where a lease of it expired
 
-	// labels are the registered nodes' labels, read when a waiting job has a node selector.
+	// labels are the registered nodes' labels (node selectors), read with the cordons.
 	labels map[string]map[string]string
 	// leased counts the jobs of a type with an active lease on each node, by agent, read for
 	// the types of the waiting jobs that have max_per_node or need no GPU, and kept up with the

@@ -136,23 +136,6 @@ func (s *schedulePass) constrain(j *store.Job, nodes []string) ([]string, string
 		strings.Join(refused, ", "), more)
 }
 
-// selectorLabels reads the registered nodes' labels when a waiting job has a node selector
-// (nil otherwise): each pass reads them afresh.
-func (e *Engine) selectorLabels(ctx context.Context, waiting []store.Job) (map[string]map[string]string, error) {
-	if !slices.ContainsFunc(waiting, func(j store.Job) bool { return j.Constraints != nil && len(j.Constraints.NodeSelector) > 0 }) {
-		return nil, nil
-	}
-	nodes, err := e.store.NodeList(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("schedule gpu jobs: read the nodes' labels: %w", err)
-	}
-	out := make(map[string]map[string]string, len(nodes))
-	for _, n := range nodes {
-		out[n.ID] = n.Labels
-	}
-	return out, nil
-}
-
 // placeCPU places j, a job that needs no GPU (it is scheduled for its constraints or its
 // route), where the most worker slots of its type are free: on each of nodes, the slots of the
 // live workers of the type there (of the pools of routes[node], for a routed job), less the

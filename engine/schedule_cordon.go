@@ -20,19 +20,21 @@ import (
 // worker of its type, or the only ones that could ever hold it) are cordoned.
 const ReasonCordoned = "cordoned"
 
-// cordonedNodes returns the cordoned nodes of the registry.
-func (e *Engine) cordonedNodes(ctx context.Context) (map[string]bool, error) {
+// registry reads the node registry once for a pass: the cordoned nodes, and every node's
+// labels (node selectors match them).
+func (e *Engine) registry(ctx context.Context) (cordoned map[string]bool, labels map[string]map[string]string, err error) {
 	nodes, err := e.store.NodeList(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("schedule gpu jobs: %w", err)
+		return nil, nil, fmt.Errorf("schedule jobs: read the node registry: %w", err)
 	}
-	out := map[string]bool{}
+	cordoned, labels = map[string]bool{}, make(map[string]map[string]string, len(nodes))
 	for _, n := range nodes {
 		if n.Cordoned {
-			out[n.ID] = true
+			cordoned[n.ID] = true
 		}
+		labels[n.ID] = n.Labels
 	}
-	return out, nil
+	return cordoned, labels, nil
 }
 
 // splitCordoned splits the nodes of each type (workerNodes) into those the scheduler may
