@@ -21,12 +21,7 @@ import (
 // is refused it; a job of a model no pool serves waits no_pool_for_model, with an event.
 func TestScheduleRouting(t *testing.T) {
 	t.Parallel()
-	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testScheduleRouting(t, setup(t))
-		})
-	}
+	onBothStores(t, testScheduleRouting)
 }
 
 func testScheduleRouting(t *testing.T, b *bundle) {

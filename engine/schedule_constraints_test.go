@@ -21,12 +21,7 @@ import (
 // naming each node's refusal, and is placed once one passes.
 func TestScheduleConstraints(t *testing.T) {
 	t.Parallel()
-	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testScheduleConstraints(t, setup(t))
-		})
-	}
+	onBothStores(t, testScheduleConstraints)
 }
 
 func testScheduleConstraints(t *testing.T, b *bundle) {
@@ -107,58 +102,54 @@ func testScheduleConstraints(t *testing.T, b *bundle) {
 // Its entry goes to the node's stream, never the type's.
 func TestScheduleCPUConstraints(t *testing.T) {
 	t.Parallel()
-	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			ctx := context.Background()
-			now := b.clock.Now()
-			for _, w := range []store.Worker{
-				{ID: "w-a", NodeID: "a", Types: []string{"noop"}, Concurrency: 4},
-				{ID: "w-b1", NodeID: "b", Types: []string{"noop"}, Concurrency: 1},
-				{ID: "w-b2", NodeID: "b", Types: []string{"noop"}, Concurrency: 1},
-			} {
-				w.Status, w.RegisteredAt, w.LastHeartbeat = store.WorkerIdle, now, now
-				require.NoError(t, b.store.WorkerUpsert(ctx, w))
-				require.NoError(t, b.store.NodeUpsert(ctx, w.NodeID, map[string]string{"zone": "z"}, now))
-			}
-			for _, id := range []string{"c1", "c2", "c3"} {
-				_, _, err := b.eng.Submit(ctx, engine.SubmitParams{JobID: id, Type: "noop", Agent: "x", Payload: json.RawMessage(`{}`),
-					Actor: "agent:x", Constraints: &store.Constraints{DenyNodes: []string{"a"}}})
-				require.NoError(t, err)
-			}
-			b.eng.FlushMarks(ctx)
-			n, err := b.streams.Len(ctx, "noop")
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		now := b.clock.Now()
+		for _, w := range []store.Worker{
+			{ID: "w-a", NodeID: "a", Types: []string{"noop"}, Concurrency: 4},
+			{ID: "w-b1", NodeID: "b", Types: []string{"noop"}, Concurrency: 1},
+			{ID: "w-b2", NodeID: "b", Types: []string{"noop"}, Concurrency: 1},
+		} {
+			w.Status, w.RegisteredAt, w.LastHeartbeat = store.WorkerIdle, now, now
+			require.NoError(t, b.store.WorkerUpsert(ctx, w))
+			require.NoError(t, b.store.NodeUpsert(ctx, w.NodeID, map[string]string{"zone": "z"}, now))
+		}
+		for _, id := range []string{"c1", "c2", "c3"} {
+			_, _, err := b.eng.Submit(ctx, engine.SubmitParams{JobID: id, Type: "noop", Agent: "x", Payload: json.RawMessage(`{}`),
+				Actor: "agent:x", Constraints: &store.Constraints{DenyNodes: []string{"a"}}})
 			require.NoError(t, err)
-			require.Zero(t, n, "a job with constraints waits for the scheduler, not in the type's stream")
+		}
+		b.eng.FlushMarks(ctx)
+		n, err := b.streams.Len(ctx, "noop")
+		require.NoError(t, err)
+		require.Zero(t, n, "a job with constraints waits for the scheduler, not in the type's stream")
 
-			res := b.schedule(t, engine.ScheduleParams{})
-			require.Len(t, res.Placed, 2, "node b has two slots of noop")
-			for _, p := range res.Placed {
-				require.Equal(t, "b", p.Node)
-				j := b.job(t, p.JobID)
-				require.Equal(t, store.LeaseCPU, b.lease(t, j.LeaseToken).Mode)
-			}
-			require.Equal(t, 1, res.Waiting[leases.ReasonNoCapacity])
-			waiting := "c3"
-			require.Contains(t, b.job(t, waiting).WaitingReason, "has its worker slots taken (b: 2 of 2)")
-			n, err = b.streams.Len(ctx, streams.NodeStream("noop", "b"))
-			require.NoError(t, err)
-			require.EqualValues(t, 2, n)
+		res := b.schedule(t, engine.ScheduleParams{})
+		require.Len(t, res.Placed, 2, "node b has two slots of noop")
+		for _, p := range res.Placed {
+			require.Equal(t, "b", p.Node)
+			j := b.job(t, p.JobID)
+			require.Equal(t, store.LeaseCPU, b.lease(t, j.LeaseToken).Mode)
+		}
+		require.Equal(t, 1, res.Waiting[leases.ReasonNoCapacity])
+		waiting := "c3"
+		require.Contains(t, b.job(t, waiting).WaitingReason, "has its worker slots taken (b: 2 of 2)")
+		n, err = b.streams.Len(ctx, streams.NodeStream("noop", "b"))
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n)
 
-			first := res.Placed[0].JobID
-			c := b.claimOn(t, "w-b1", "b", first)
-			require.Len(t, c.Claimed, 1)
-			require.Equal(t, b.job(t, first).LeaseToken, c.Claimed[0].LeaseToken, "the claim adopts the placement's lease")
-			require.Empty(t, b.schedule(t, engine.ScheduleParams{}).Placed, "a running job holds its slot")
-			done, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w-b1", Results: []engine.Result{
-				{JobID: first, Attempt: 1, LeaseToken: c.Leases[first].Token, Done: true},
-			}})
-			require.NoError(t, err)
-			require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
-			res = b.schedule(t, engine.ScheduleParams{})
-			require.Len(t, res.Placed, 1)
-			require.Equal(t, engine.Placement{JobID: waiting, Type: "noop", Node: "b", Waited: res.Placed[0].Waited}, res.Placed[0])
-		})
-	}
+		first := res.Placed[0].JobID
+		c := b.claimOn(t, "w-b1", "b", first)
+		require.Len(t, c.Claimed, 1)
+		require.Equal(t, b.job(t, first).LeaseToken, c.Claimed[0].LeaseToken, "the claim adopts the placement's lease")
+		require.Empty(t, b.schedule(t, engine.ScheduleParams{}).Placed, "a running job holds its slot")
+		done, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w-b1", Results: []engine.Result{
+			{JobID: first, Attempt: 1, LeaseToken: c.Leases[first].Token, Done: true},
+		}})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
+		res = b.schedule(t, engine.ScheduleParams{})
+		require.Len(t, res.Placed, 1)
+		require.Equal(t, engine.Placement{JobID: waiting, Type: "noop", Node: "b", Waited: res.Placed[0].Waited}, res.Placed[0])
+	})
 }

@@ -17,12 +17,7 @@ import (
 // there before the cordon is still claimed; after the uncordon the waiting job is placed.
 func TestScheduleCordon(t *testing.T) {
 	t.Parallel()
-	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testScheduleCordon(t, setup(t))
-		})
-	}
+	onBothStores(t, testScheduleCordon)
 }
 
 func testScheduleCordon(t *testing.T, b *bundle) {

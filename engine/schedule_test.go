@@ -32,6 +32,17 @@ func (b *bundle) submitGPU(t *testing.T, id string, r *engine.Resources) {
 	b.eng.FlushMarks(context.Background())
 }
 
+// onBothStores runs test as parallel subtests on MariaDB and on the embedded mode's SQLite.
+func onBothStores(t *testing.T, test func(t *testing.T, b *bundle)) {
+	t.Helper()
+	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, setup(t))
+		})
+	}
+}
+
 func (b *bundle) schedule(t *testing.T, p engine.ScheduleParams) engine.ScheduleResult {
 	t.Helper()
 	res, err := b.eng.Schedule(context.Background(), p)
@@ -45,12 +56,7 @@ func (b *bundle) schedule(t *testing.T, p engine.ScheduleParams) engine.Schedule
 // first job in line that fits nowhere.
 func TestSchedule(t *testing.T) {
 	t.Parallel()
-	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testSchedule(t, setup(t))
-		})
-	}
+	onBothStores(t, testSchedule)
 }
 
 // TestScheduleOrder: jobs that became available at the same instant go largest first; a job
@@ -58,46 +64,42 @@ func TestSchedule(t *testing.T) {
 // before both.
 func TestScheduleOrder(t *testing.T) {
 	t.Parallel()
-	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			b.gpuType(10000, 3)
-			b.report(t, "n", 81920) // 81408 MB grantable: any two of the jobs below overflow it
-			b.worker(t, "w", "n")
-			// One instant: small first by id, the larger ones after it.
-			b.submitGPU(t, "a-small", &engine.Resources{GPUMemoryMB: 42000})
-			b.submitGPU(t, "b-two", &engine.Resources{GPUMemoryMB: 45000})
-			b.submitGPU(t, "c-large", &engine.Resources{GPUMemoryMB: 50000})
-			b.clock.Add(time.Millisecond)
-			b.submitGPU(t, "d-later", &engine.Resources{GPUMemoryMB: 60000})
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		b.gpuType(10000, 3)
+		b.report(t, "n", 81920) // 81408 MB grantable: any two of the jobs below overflow it
+		b.worker(t, "w", "n")
+		// One instant: small first by id, the larger ones after it.
+		b.submitGPU(t, "a-small", &engine.Resources{GPUMemoryMB: 42000})
+		b.submitGPU(t, "b-two", &engine.Resources{GPUMemoryMB: 45000})
+		b.submitGPU(t, "c-large", &engine.Resources{GPUMemoryMB: 50000})
+		b.clock.Add(time.Millisecond)
+		b.submitGPU(t, "d-later", &engine.Resources{GPUMemoryMB: 60000})
 
-			p9 := 9
-			_, _, err := b.eng.Submit(context.Background(), engine.SubmitParams{JobID: "f-urgent", Type: "gpu", Agent: "tester",
-				Payload: json.RawMessage(`{}`), Actor: "agent:tester", Resources: &engine.Resources{GPUMemoryMB: 41000}, Priority: &p9})
+		p9 := 9
+		_, _, err := b.eng.Submit(context.Background(), engine.SubmitParams{JobID: "f-urgent", Type: "gpu", Agent: "tester",
+			Payload: json.RawMessage(`{}`), Actor: "agent:tester", Resources: &engine.Resources{GPUMemoryMB: 41000}, Priority: &p9})
+		require.NoError(t, err)
+		b.eng.FlushMarks(context.Background())
+
+		// One job at a time fits: each pass places the next in line, run to done before the
+		// next pass.
+		var order []string
+		for range 5 {
+			res := b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Hour})
+			require.Len(t, res.Placed, 1, "after %v", order)
+			id := res.Placed[0].JobID
+			order = append(order, id)
+			c := b.claimOn(t, "w", "n", id)
+			require.Len(t, c.Claimed, 1)
+			done, err := b.eng.Complete(context.Background(), engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
+				{JobID: id, Attempt: 1, LeaseToken: c.Leases[id].Token, Done: true},
+			}})
 			require.NoError(t, err)
-			b.eng.FlushMarks(context.Background())
-
-			// One job at a time fits: each pass places the next in line, run to done before the
-			// next pass.
-			var order []string
-			for range 5 {
-				res := b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Hour})
-				require.Len(t, res.Placed, 1, "after %v", order)
-				id := res.Placed[0].JobID
-				order = append(order, id)
-				c := b.claimOn(t, "w", "n", id)
-				require.Len(t, c.Claimed, 1)
-				done, err := b.eng.Complete(context.Background(), engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
-					{JobID: id, Attempt: 1, LeaseToken: c.Leases[id].Token, Done: true},
-				}})
-				require.NoError(t, err)
-				require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
-			}
-			require.Equal(t, []string{"f-urgent", "c-large", "b-two", "a-small", "d-later"}, order,
-				"the higher priority first; then of the jobs that arrived together the largest first; the later one last")
-		})
-	}
+			require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
+		}
+		require.Equal(t, []string{"f-urgent", "c-large", "b-two", "a-small", "d-later"}, order,
+			"the higher priority first; then of the jobs that arrived together the largest first; the later one last")
+	})
 }
 
 func testSchedule(t *testing.T, b *bundle) {
@@ -236,85 +238,81 @@ func (b *bundle) submitAs(t *testing.T, agent, id string, r *engine.Resources) {
 // placements without touching what runs.
 func TestScheduleQuota(t *testing.T) {
 	t.Parallel()
-	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			q := b.withQuotas(t)
-			ctx := context.Background()
-			b.gpuType(10000, 3)
-			b.report(t, "n", 40960, 40960)
-			b.worker(t, "w", "n")
-			q.set("a", leases.Quota{MaxGPUs: 1})
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		q := b.withQuotas(t)
+		ctx := context.Background()
+		b.gpuType(10000, 3)
+		b.report(t, "n", 40960, 40960)
+		b.worker(t, "w", "n")
+		q.set("a", leases.Quota{MaxGPUs: 1})
 
-			for _, id := range []string{"a1", "a2", "a3"} {
-				b.submitAs(t, "a", id, nil)
-			}
-			b.clock.Add(time.Millisecond) // b's job is behind a's in line
-			b.submitAs(t, "b", "b1", &engine.Resources{GPUMemoryMB: 35000})
-			res := b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
-			placed := map[string][]int{}
-			for _, p := range res.Placed {
-				placed[p.JobID] = p.GPUs
-			}
-			require.Len(t, placed, 2, "one job of a, and b's")
-			require.Contains(t, placed, "a1")
-			require.Equal(t, []int{1}, placed["b1"], "b's job gets the GPU a's waiting jobs did not hold")
-			require.Equal(t, map[string]int{leases.ReasonQuota: 2}, res.Waiting)
-			require.Equal(t, engine.Hold{}, res.Held, "a job waiting for its quota holds no node")
-			require.Equal(t, `quota: agent "a" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`, b.job(t, "a2").WaitingReason)
+		for _, id := range []string{"a1", "a2", "a3"} {
+			b.submitAs(t, "a", id, nil)
+		}
+		b.clock.Add(time.Millisecond) // b's job is behind a's in line
+		b.submitAs(t, "b", "b1", &engine.Resources{GPUMemoryMB: 35000})
+		res := b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+		placed := map[string][]int{}
+		for _, p := range res.Placed {
+			placed[p.JobID] = p.GPUs
+		}
+		require.Len(t, placed, 2, "one job of a, and b's")
+		require.Contains(t, placed, "a1")
+		require.Equal(t, []int{1}, placed["b1"], "b's job gets the GPU a's waiting jobs did not hold")
+		require.Equal(t, map[string]int{leases.ReasonQuota: 2}, res.Waiting)
+		require.Equal(t, engine.Hold{}, res.Held, "a job waiting for its quota holds no node")
+		require.Equal(t, `quota: agent "a" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`, b.job(t, "a2").WaitingReason)
 
-			// a1 runs; the next pass still places nothing of a's, and counts a1's lease.
-			c := b.claimOn(t, "w", "n", "a1")
-			require.Len(t, c.Claimed, 1)
-			res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
-			require.Empty(t, res.Placed)
-			require.Equal(t, 2, res.Waiting[leases.ReasonQuota])
+		// a1 runs; the next pass still places nothing of a's, and counts a1's lease.
+		c := b.claimOn(t, "w", "n", "a1")
+		require.Len(t, c.Claimed, 1)
+		res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+		require.Empty(t, res.Placed)
+		require.Equal(t, 2, res.Waiting[leases.ReasonQuota])
 
-			// Done: a's next job is placed, one only.
-			done, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
-				{JobID: "a1", Attempt: 1, LeaseToken: c.Leases["a1"].Token, Done: true}}})
-			require.NoError(t, err)
-			require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
-			res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
-			require.Len(t, res.Placed, 1)
-			require.Equal(t, "a2", res.Placed[0].JobID)
-			require.Equal(t, 1, res.Waiting[leases.ReasonQuota])
+		// Done: a's next job is placed, one only.
+		done, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
+			{JobID: "a1", Attempt: 1, LeaseToken: c.Leases["a1"].Token, Done: true}}})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
+		res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+		require.Len(t, res.Placed, 1)
+		require.Equal(t, "a2", res.Placed[0].JobID)
+		require.Equal(t, 1, res.Waiting[leases.ReasonQuota])
 
-			// A quota lowered below what a holds: nothing more is placed, nothing is taken away.
-			q.set("a", leases.Quota{MaxMemoryMB: 5000})
-			res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
-			require.Empty(t, res.Placed)
-			require.Equal(t, `quota: agent "a" holds 10000 of 5000 MB of GPU memory (max_gpu_memory_mb); this job needs 10000 MB`,
-				b.job(t, "a3").WaitingReason)
-			require.Equal(t, store.LeaseActive, b.lease(t, b.job(t, "a2").LeaseToken).Status, "a2's placement stands")
+		// A quota lowered below what a holds: nothing more is placed, nothing is taken away.
+		q.set("a", leases.Quota{MaxMemoryMB: 5000})
+		res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+		require.Empty(t, res.Placed)
+		require.Equal(t, `quota: agent "a" holds 10000 of 5000 MB of GPU memory (max_gpu_memory_mb); this job needs 10000 MB`,
+			b.job(t, "a3").WaitingReason)
+		require.Equal(t, store.LeaseActive, b.lease(t, b.job(t, "a2").LeaseToken).Status, "a2's placement stands")
 
-			// The agent's own lease counts as its jobs' do: running jobs and leases together.
-			q.set("d", leases.Quota{MaxGPUs: 1})
-			own, err := b.leases.Grant(ctx, leases.GrantParams{Agent: "d", NodeID: "n", Mode: store.LeaseGPU, MemoryMB: 100,
-				Actor: "agent:d"})
-			require.NoError(t, err)
-			b.submitAs(t, "d", "d1", &engine.Resources{GPUMemoryMB: 100})
-			res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
-			require.Empty(t, res.Placed)
-			require.Equal(t, `quota: agent "d" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`, b.job(t, "d1").WaitingReason)
-			_, err = b.leases.Release(ctx, own.Token, "d", "agent:d")
-			require.NoError(t, err)
-			res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
-			require.Len(t, res.Placed, 1)
-			require.Equal(t, "d1", res.Placed[0].JobID)
+		// The agent's own lease counts as its jobs' do: running jobs and leases together.
+		q.set("d", leases.Quota{MaxGPUs: 1})
+		own, err := b.leases.Grant(ctx, leases.GrantParams{Agent: "d", NodeID: "n", Mode: store.LeaseGPU, MemoryMB: 100,
+			Actor: "agent:d"})
+		require.NoError(t, err)
+		b.submitAs(t, "d", "d1", &engine.Resources{GPUMemoryMB: 100})
+		res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+		require.Empty(t, res.Placed)
+		require.Equal(t, `quota: agent "d" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`, b.job(t, "d1").WaitingReason)
+		_, err = b.leases.Release(ctx, own.Token, "d", "agent:d")
+		require.NoError(t, err)
+		res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+		require.Len(t, res.Placed, 1)
+		require.Equal(t, "d1", res.Placed[0].JobID)
 
-			// An exclusive job counts the whole GPU it would reserve (40960 − the margin), not its
-			// request.
-			q.set("c", leases.Quota{MaxMemoryMB: 20000})
-			b.submitAs(t, "c", "c-whole", &engine.Resources{GPUMemoryMB: 1000, Exclusive: true})
-			b.report(t, "m", 40960)
-			b.worker(t, "w-m", "m")
-			res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
-			require.Empty(t, res.Placed)
-			require.Contains(t, b.job(t, "c-whole").WaitingReason, `quota: agent "c" holds 0 of 20000 MB of GPU memory (max_gpu_memory_mb); this job needs`)
-		})
-	}
+		// An exclusive job counts the whole GPU it would reserve (40960 − the margin), not its
+		// request.
+		q.set("c", leases.Quota{MaxMemoryMB: 20000})
+		b.submitAs(t, "c", "c-whole", &engine.Resources{GPUMemoryMB: 1000, Exclusive: true})
+		b.report(t, "m", 40960)
+		b.worker(t, "w-m", "m")
+		res = b.schedule(t, engine.ScheduleParams{ReserveAfter: time.Nanosecond})
+		require.Empty(t, res.Placed)
+		require.Contains(t, b.job(t, "c-whole").WaitingReason, `quota: agent "c" holds 0 of 20000 MB of GPU memory (max_gpu_memory_mb); this job needs`)
+	})
 }
 
 // TestClaimQuota: without the scheduler's placement, a worker's claim keeps the agents' GPU
@@ -322,31 +320,27 @@ func TestScheduleQuota(t *testing.T) {
 // retry_later (quota), with its waiting reason, until the other is done.
 func TestClaimQuota(t *testing.T) {
 	t.Parallel()
-	for name, setup := range map[string]func(*testing.T) *bundle{"MariaDB": setup, "SQLite": setupSQLite} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			q := b.withQuotas(t)
-			b.gpuType(10000, 3)
-			b.report(t, "n", 40960, 40960)
-			q.set("a", leases.Quota{MaxGPUs: 1})
-			b.submitAs(t, "a", "a1", nil)
-			b.submitAs(t, "a", "a2", nil)
-			b.submitAs(t, "b", "b1", nil)
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		q := b.withQuotas(t)
+		b.gpuType(10000, 3)
+		b.report(t, "n", 40960, 40960)
+		q.set("a", leases.Quota{MaxGPUs: 1})
+		b.submitAs(t, "a", "a1", nil)
+		b.submitAs(t, "a", "a2", nil)
+		b.submitAs(t, "b", "b1", nil)
 
-			c := b.claimOn(t, "w", "n", "a1", "a2", "b1")
-			require.Len(t, c.Claimed, 2)
-			require.Contains(t, c.Leases, "a1")
-			require.Contains(t, c.Leases, "b1", "another agent is not limited")
-			require.Equal(t, []engine.Refusal{{JobID: "a2", Reason: engine.RefusedRetryLater, Detail: leases.ReasonQuota}}, c.Refused)
-			require.Equal(t, `quota: agent "a" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`, b.job(t, "a2").WaitingReason)
+		c := b.claimOn(t, "w", "n", "a1", "a2", "b1")
+		require.Len(t, c.Claimed, 2)
+		require.Contains(t, c.Leases, "a1")
+		require.Contains(t, c.Leases, "b1", "another agent is not limited")
+		require.Equal(t, []engine.Refusal{{JobID: "a2", Reason: engine.RefusedRetryLater, Detail: leases.ReasonQuota}}, c.Refused)
+		require.Equal(t, `quota: agent "a" holds 1 of 1 GPU(s) (max_gpus); this job needs 1`, b.job(t, "a2").WaitingReason)
 
-			done, err := b.eng.Complete(context.Background(), engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
-				{JobID: "a1", Attempt: 1, LeaseToken: c.Leases["a1"].Token, Done: true}}})
-			require.NoError(t, err)
-			require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
-			c = b.claimOn(t, "w", "n", "a2")
-			require.Len(t, c.Claimed, 1, "%+v", c.Refused)
-		})
-	}
+		done, err := b.eng.Complete(context.Background(), engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
+			{JobID: "a1", Attempt: 1, LeaseToken: c.Leases["a1"].Token, Done: true}}})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
+		c = b.claimOn(t, "w", "n", "a2")
+		require.Len(t, c.Claimed, 1, "%+v", c.Refused)
+	})
 }
