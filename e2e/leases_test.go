@@ -101,7 +101,12 @@ func (c *cluster) startSimNode(name, node, spec string, concurrency int, types s
 
 // auditTypes returns the audit event types of a job, oldest first.
 func (c *cluster) auditTypes(jobID string) []string {
-	rows, err := c.db.Query(`SELECT event_type FROM orchestrator_audit WHERE job_id = ? ORDER BY id`, jobID)
+	return c.strings(`SELECT event_type FROM orchestrator_audit WHERE job_id = ? ORDER BY id`, jobID)
+}
+
+// strings returns the one string column of a query's rows, in order.
+func (c *cluster) strings(query string, args ...any) []string {
+	rows, err := c.db.Query(query, args...)
 	require.NoError(c.t, err)
 	defer rows.Close()
 	var out []string

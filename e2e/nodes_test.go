@@ -98,15 +98,5 @@ func TestNodesCordon(t *testing.T) {
 
 // leaseNodes returns the nodes of a job's leases, oldest first.
 func (c *cluster) leaseNodes(jobID string) []string {
-	rows, err := c.db.Query(`SELECT node_id FROM orchestrator_leases WHERE job_id = ? ORDER BY created_at`, jobID)
-	require.NoError(c.t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		require.NoError(c.t, rows.Scan(&s))
-		out = append(out, s)
-	}
-	require.NoError(c.t, rows.Err())
-	return out
+	return c.strings(`SELECT node_id FROM orchestrator_leases WHERE job_id = ? ORDER BY created_at`, jobID)
 }
