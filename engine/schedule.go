@@ -307,7 +307,11 @@ func (s *schedulePass) place(j *store.Job) error {
 		return nil
 	}
 	if len(nodes) == 0 {
-		s.wait(j, leases.ReasonNoWorker+": no live worker of type "+j.Type+" runs on a node that reports GPUs")
+		where := "on a node that reports GPUs"
+		if j.GPUMemoryMB == 0 {
+			where = "on a node open to it"
+		}
+		s.wait(j, leases.ReasonNoWorker+": no live worker of type "+j.Type+" runs "+where)
 		return nil
 	}
 	var routes map[string][]string // node → the pools the job may go to there
