@@ -5,7 +5,7 @@ PKGS      := ./...
 # go-nvml's headers use deprecated declarations; keep cgo builds quiet.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build run test test-short fuzz bench lint fmt services clean runbook-check
+.PHONY: all build run test test-short fuzz bench bench-compare lint fmt services clean runbook-check
 
 all: build
 
@@ -46,6 +46,12 @@ test-short:
 ## BENCH_FLAGS; the report goes to stdout and to a file outside the tree (printed at the end)
 bench: build services
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
+
+## bench-compare: the bench and its peers (River, asynq, and asynq on a Redis with appendfsync
+## always) back to back on one load; prints the table with the orchestrator's ratios and writes
+## the reports outside the tree (cmd/bench/README.md, "Side by side"); flags in COMPARE_FLAGS
+bench-compare: build services
+	$(GO) run ./cmd/bench/compare $(COMPARE_FLAGS)
 
 ## lint: gofmt, go vet, then golangci-lint (the checks and their reasons: .golangci.yml). The
 ## linter is pinned in its own module, tools/golangci/go.mod, so that its dependencies do not
