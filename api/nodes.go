@@ -129,10 +129,11 @@ func nodeToWire(v nodes.View, who Identity) wire.Node {
 	}
 	scope := agentScope(who)
 	for _, l := range v.Leases {
-		nl := wire.NodeLease{Agent: l.Agent, JobID: l.JobID, Mode: string(l.Mode), MemoryMB: l.MemoryMB,
-			GPUIndexes: l.GPUIndexes}
+		nl := wire.NodeLease{Mode: string(l.Mode), MemoryMB: l.MemoryMB, GPUIndexes: l.GPUIndexes}
 		if scope == "" || scope == l.Agent {
-			nl.LeaseToken = l.Token
+			// Whose lease and which job only to an admin and to the lease's own agent: another
+			// agent's token sees the room taken, not the work.
+			nl.Agent, nl.JobID, nl.LeaseToken = l.Agent, l.JobID, l.Token
 		}
 		out.Leases = append(out.Leases, nl)
 	}

@@ -68,7 +68,10 @@ func testNodesAPI(t *testing.T, b *bundle) {
 
 	rec = b.request(t, http.MethodGet, "/nodes/gpu-a", "bob", nil)
 	require.Equal(t, http.StatusOK, rec.Code)
-	require.Empty(t, decode[wire.Node](t, rec).Leases[0].LeaseToken, "another agent's lease token is a capability it may not see")
+	other := decode[wire.Node](t, rec).Leases[0]
+	require.Empty(t, other.LeaseToken, "another agent's lease token is a capability it may not see")
+	require.Empty(t, other.Agent, "nor whose the lease is")
+	require.Equal(t, int64(1000), other.MemoryMB, "the room it takes is shown")
 
 	for _, tc := range []struct {
 		name, method, path, who string

@@ -297,6 +297,12 @@ func (e *Engine) claimable(items []ClaimItem, byID map[string]*store.Job, now ti
 			res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedNotPending})
 		case job.AvailableAt.After(now):
 			res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedNotDue})
+		case job.LeaseToken == "" && (!job.Constraints.Empty() || job.PoolID != "" || job.ModelID != "") &&
+			!e.cfg.Scheduler.Disabled:
+			// A stale entry of a constrained or routed job whose placement expired: claimed
+			// here, it would run wherever it was read, its constraints and route unchecked.
+			res.Refused = append(res.Refused, Refusal{JobID: it.JobID, Reason: RefusedPlacedElsewhere,
+				Detail: "not placed: the scheduler places it"})
 		default:
 			taken[it.JobID] = true
 			out = append(out, candidate{job: job, item: it})

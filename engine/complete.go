@@ -64,14 +64,15 @@ type freedNodes struct {
 	slots bool
 }
 
-// releasedNodes is what the leases among held (by job, the jobs in byID) free when released.
+// releasedNodes is what the leases among held (by token; their jobs in byID) free when
+// released.
 func releasedNodes(held map[string]*store.Lease, byID map[string]*store.Job) freedNodes {
 	var out freedNodes
-	for id, l := range held {
-		switch {
+	for _, l := range held {
+		switch j := byID[l.JobID]; {
 		case l.Mode == store.LeaseGPU && !slices.Contains(out.gpu, l.NodeID):
 			out.gpu = append(out.gpu, l.NodeID)
-		case l.Mode != store.LeaseGPU && byID[id] != nil && byID[id].Scheduled():
+		case l.Mode != store.LeaseGPU && j != nil && j.Scheduled():
 			out.slots = true
 		}
 	}

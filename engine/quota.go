@@ -76,8 +76,8 @@ func (q *passQuotas) over(j *store.Job, memoryMB int64) string {
 
 // add counts a lease the pass placed in its agent's holding.
 func (q *passQuotas) add(l store.Lease) {
-	if q == nil {
-		return
+	if q == nil || l.Mode != store.LeaseGPU {
+		return // a lease of a job without a GPU holds none
 	}
 	if _, ok := q.limits[l.Agent]; !ok {
 		return

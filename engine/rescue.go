@@ -157,14 +157,19 @@ func releaseLease(ctx context.Context, tx store.Tx, token string, now time.Time,
 // scheduler's again, not enqueued, with the reason as its waiting reason.
 func unplace(ctx context.Context, tx store.Tx, job *store.Job, now time.Time) (store.AuditEvent, error) {
 	empty, f := "", false
-	why := fmt.Sprintf("%s: placed on node %q, no worker there claimed it before its lease expired; "+
-		"another node is preferred", ReasonPlacementExpired, job.PlacedNode)
+	node, pool := store.SplitTarget(job.PlacedNode)
+	where := fmt.Sprintf("node %q", node)
+	if pool != "" {
+		where += fmt.Sprintf(" for pool %q", pool)
+	}
+	why := fmt.Sprintf("%s: placed on %s, no worker there claimed it before its lease expired; "+
+		"another node is preferred", ReasonPlacementExpired, where)
 	err := tx.JobUpdate(ctx, store.JobUpdate{ID: job.ID, From: store.JobPending, To: store.JobPending,
 		LeaseToken: &empty, Enqueued: &f, WaitingReason: &why, Now: now})
 	if err != nil {
 		return store.AuditEvent{}, err
 	}
-	details, _ := json.Marshal(map[string]any{"node_id": job.PlacedNode, "reason": why})
+	details, _ := json.Marshal(map[string]any{"node_id": node, "pool_id": pool, "reason": why})
 	return store.AuditEvent{TS: now, EventType: EventUnplaced, JobID: job.ID, LeaseToken: job.LeaseToken,
 		Actor: rescueActor, Details: details}, nil
 }

@@ -17,8 +17,9 @@ import (
 
 // Routing a job to a pool or a model (submit's pool_id and model_id). Such a job is the
 // scheduler's: it is placed on a node where a live worker of the pool (of a pool serving the
-// model) runs its type, and published to that pool's stream of the node (streams.Target),
-// which only those workers read. docs/architecture.md, "GPU scheduling".
+// model) runs its type, and published to that pool's stream of the node (store.Target), which
+// only those workers read. Only the job's own agent's pools take it: a pool's workers, model
+// and slots are its agent's. docs/architecture.md, "GPU scheduling".
 
 // ReasonNoPoolForModel starts the waiting reason of a job whose model no pool with a live
 // worker of its type serves.
@@ -58,8 +59,11 @@ func (e *Engine) checkRouted(ctx context.Context, p SubmitParams, jt *config.Job
 		switch {
 		case err != nil:
 			return fmt.Errorf("check pool_id: %w", err)
-		case !ok:
-			return &UnsatisfiableError{Field: "pool_id", Message: fmt.Sprintf("no pool %q (GET /workers/pools lists them)", p.PoolID)}
+		case !ok || pool.Agent != p.Agent:
+			// Another agent's pool is as good as none: its workers, its model and its slots
+			// are that agent's.
+			return &UnsatisfiableError{Field: "pool_id", Message: fmt.Sprintf("agent %q has no pool %q (GET /workers/pools lists them)",
+				p.Agent, p.PoolID)}
 		case !slices.Contains(pool.Types, jt.Name):
 			return &UnsatisfiableError{Field: "pool_id", Message: fmt.Sprintf("pool %q runs types %v, not %q", p.PoolID, pool.Types, jt.Name)}
 		case p.ModelID != "" && pool.ModelID != p.ModelID:
@@ -68,13 +72,14 @@ func (e *Engine) checkRouted(ctx context.Context, p SubmitParams, jt *config.Job
 		}
 		return nil
 	}
-	served, err := e.pools.serves(ctx, e.store, p.ModelID, jt.Name, e.nowUTC())
+	served, err := e.pools.serves(ctx, e.store, p.ModelID, jt.Name, p.Agent, e.nowUTC())
 	if err != nil {
 		return fmt.Errorf("check model_id: %w", err)
 	}
 	if !served && !jt.WaitForModel {
-		return &UnsatisfiableError{Field: "model_id", Message: fmt.Sprintf("no pool serves model %q for type %q; create one "+
-			"(POST /workers/pool), or let the type's jobs wait for one (job_types.%s.wait_for_model)", p.ModelID, jt.Name, jt.Name)}
+		return &UnsatisfiableError{Field: "model_id", Message: fmt.Sprintf("no pool of agent %q serves model %q for type %q; "+
+			"create one (POST /workers/pool), or let the type's jobs wait for one (job_types.%s.wait_for_model)", p.Agent,
+			p.ModelID, jt.Name, jt.Name)}
 	}
 	return nil
 }
@@ -119,15 +124,16 @@ func (c *poolCache) get(ctx context.Context, st store.Store, id string, now time
 	return store.Pool{}, false, nil
 }
 
-// serves reports whether a pool serves model for typ, reading the pools again before it says no.
-func (c *poolCache) serves(ctx context.Context, st store.Store, model, typ string, now time.Time) (bool, error) {
+// serves reports whether a pool of agent serves model for typ, reading the pools again before
+// it says no.
+func (c *poolCache) serves(ctx context.Context, st store.Store, model, typ, agent string, now time.Time) (bool, error) {
 	for _, force := range []bool{false, true} {
 		pools, err := c.load(ctx, st, now, force)
 		if err != nil {
 			return false, err
 		}
 		for _, p := range pools {
-			if p.ModelID == model && slices.Contains(p.Types, typ) {
+			if p.ModelID == model && p.Agent == agent && slices.Contains(p.Types, typ) {
 				return true, nil
 			}
 		}
@@ -168,6 +174,9 @@ func (s *schedulePass) route(j *store.Job, nodes []string) (map[string][]string,
 		if j.ModelID != "" && s.pools[w.PoolID].ModelID != j.ModelID {
 			continue
 		}
+		if s.pools[w.PoolID].Agent != j.Agent {
+			continue // another agent's pool (checkRouted)
+		}
 		if !slices.Contains(routes[w.NodeID], w.PoolID) {
 			routes[w.NodeID] = append(routes[w.NodeID], w.PoolID)
 		}
@@ -202,22 +211,33 @@ func firstPool(routes map[string][]string, node string) string {
 	return ""
 }
 
-// warmNodes are the nodes of routes where a live worker of a pool the job may go to preloaded
-// the job's model (its model_id, or its pool's model): the scheduler tries them first.
-func (s *schedulePass) warmNodes(j *store.Job, routes map[string][]string) []string {
+// warmRoutes are the pools of routes, on each node, with a live worker there that preloaded
+// the job's model (its model_id, or its pool's model), and those nodes, sorted: the scheduler
+// tries them first. Nil for a job whose model is not known.
+func (s *schedulePass) warmRoutes(j *store.Job, routes map[string][]string) (map[string][]string, []string) {
 	model := j.ModelID
 	if model == "" && j.PoolID != "" {
 		model = s.pools[j.PoolID].ModelID
 	}
 	if model == "" || routes == nil {
-		return nil
+		return nil, nil
 	}
-	var out []string
+	warm := map[string][]string{}
 	for _, w := range s.workers {
-		if w.WarmModel == model && slices.Contains(routes[w.NodeID], w.PoolID) && !slices.Contains(out, w.NodeID) {
-			out = append(out, w.NodeID)
+		if w.WarmModel == model && slices.Contains(routes[w.NodeID], w.PoolID) && !slices.Contains(warm[w.NodeID], w.PoolID) {
+			warm[w.NodeID] = append(warm[w.NodeID], w.PoolID)
 		}
 	}
-	slices.Sort(out)
-	return out
+	nodes := make([]string, 0, len(warm))
+	for n, pools := range warm {
+		slices.Sort(pools)
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	return warm, nodes
+}
+
+// onlyIn returns the nodes of some that are in nodes too.
+func onlyIn(some, nodes []string) []string {
+	return slices.DeleteFunc(slices.Clone(some), func(n string) bool { return !slices.Contains(nodes, n) })
 }

@@ -15,8 +15,8 @@ import (
 )
 
 // TestScheduleRouting: jobs routed to a model or a pool, on MariaDB and SQLite. Submit refuses
-// a pool that does not exist and a model no pool serves (422), unless the type lets such jobs
-// wait; the scheduler places a routed job for a pool's workers (the node's stream of that
+// a pool that does not exist or is another agent's, and a model no pool of the agent serves
+// (422), unless the type lets such jobs wait; the scheduler places a routed job for a pool's workers (the node's stream of that
 // pool), within the pool's free slots; a worker of another pool, or of none, on the same node
 // is refused it; a job of a model no pool serves waits no_pool_for_model, with an event.
 func TestScheduleRouting(t *testing.T) {
@@ -51,7 +51,16 @@ func testScheduleRouting(t *testing.T, b *bundle) {
 	require.ErrorAs(t, submit("bad-pair", "p1", "m2"), &unsat)
 	require.Equal(t, "model_id", unsat.Field)
 	require.ErrorAs(t, submit("no-model", "", "m3"), &unsat)
-	require.Contains(t, unsat.Message, `no pool serves model "m3" for type "noop"`)
+	require.Contains(t, unsat.Message, `no pool of agent "x" serves model "m3" for type "noop"`)
+	// Another agent's pools take none of its jobs.
+	_, _, err := b.eng.Submit(ctx, engine.SubmitParams{JobID: "other-pool", Type: "noop", Agent: "y", Payload: json.RawMessage(`{}`),
+		Actor: "agent:y", PoolID: "p1"})
+	require.ErrorAs(t, err, &unsat)
+	require.Equal(t, "pool_id", unsat.Field)
+	_, _, err = b.eng.Submit(ctx, engine.SubmitParams{JobID: "other-model", Type: "noop", Agent: "y", Payload: json.RawMessage(`{}`),
+		Actor: "agent:y", ModelID: "m1"})
+	require.ErrorAs(t, err, &unsat)
+	require.Equal(t, "model_id", unsat.Field)
 	b.cfg.JobTypes["noop"].WaitForModel = true
 	require.NoError(t, submit("m3-1", "", "m3"))
 	for _, id := range []string{"m1-1", "m1-2", "m1-3"} {
@@ -72,7 +81,7 @@ func testScheduleRouting(t *testing.T, b *bundle) {
 	}
 	require.Equal(t, "p2", placed["p2-1"].Pool)
 	require.Equal(t, 1, res.Waiting[leases.ReasonNoCapacity], "p1 has two slots")
-	require.Contains(t, b.job(t, "m1-3").WaitingReason, "(a@p1: 2 of 2)")
+	require.Contains(t, b.job(t, "m1-3").WaitingReason, "(a@p1: 0 of 2 free)")
 	require.Equal(t, 1, res.Waiting[engine.ReasonNoPoolForModel])
 	require.Contains(t, b.job(t, "m3-1").WaitingReason, `no_pool_for_model: no pool with a live worker of type noop serves model "m3"`)
 	require.Contains(t, b.auditTypes(t, "m3-1"), engine.EventModelUnserved)
@@ -89,6 +98,12 @@ func testScheduleRouting(t *testing.T, b *bundle) {
 		require.Equal(t, engine.RefusedPlacedElsewhere, c.Refused[0].Reason)
 		require.Contains(t, c.Refused[0].Detail, "pool p1")
 	}
+	// A routed job not placed (a stale entry of it, say) is no worker's to take.
+	stale, err := b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w-any", NodeID: "a",
+		Items: []engine.ClaimItem{{JobID: "m3-1", Stream: "noop"}}})
+	require.NoError(t, err)
+	require.Empty(t, stale.Claimed)
+	require.Equal(t, "not placed: the scheduler places it", stale.Refused[0].Detail)
 	c, err := b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w-p1", PoolID: "p1", NodeID: "a",
 		Items: []engine.ClaimItem{{JobID: "m1-1", Stream: "noop"}}})
 	require.NoError(t, err)

@@ -100,7 +100,7 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	if err != nil || len(waiting) == 0 {
 		return ScheduleResult{Held: Hold{}}, err
 	}
-	nodes, slots, workers, err := e.workerNodes(ctx)
+	nodes, workers, err := e.workerNodes(ctx)
 	if err != nil {
 		return ScheduleResult{}, err
 	}
@@ -120,7 +120,7 @@ func (e *Engine) Schedule(ctx context.Context, p ScheduleParams) (ScheduleResult
 	}
 	var pass schedulePass
 	err = e.fenced(ctx, p.Fence, func(tx store.Tx) error {
-		pass = schedulePass{e: e, p: p, now: now, nodes: nodes, slots: slots, workers: workers, pools: pools, cordoned: closed,
+		pass = schedulePass{e: e, p: p, now: now, nodes: nodes, workers: workers, pools: pools, cordoned: closed,
 			avoid: avoid, labels: labels, res: ScheduleResult{Waiting: map[string]int{}}}
 		return pass.run(ctx, tx, waiting)
 	})
@@ -158,16 +158,13 @@ func scheduleOrder(a, b store.Job, now time.Time) int {
 }
 
 // workerNodes returns, per job type, the nodes where a live worker (idle or executing) of the
-// type runs, sorted; the slots (concurrency) of those workers on each node, by pool ("" for
-// the workers of no pool); and the live workers. A worker that names no types runs every type
-// ("*").
-func (e *Engine) workerNodes(ctx context.Context) (nodes map[string][]string, slots map[string]workerSlots,
-	live []store.Worker, err error) {
+// type runs, sorted, and the live workers. A worker that names no types runs every type ("*").
+func (e *Engine) workerNodes(ctx context.Context) (nodes map[string][]string, live []store.Worker, err error) {
 	ws, err := e.store.WorkerList(ctx, "", true)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("schedule jobs: %w", err)
+		return nil, nil, fmt.Errorf("schedule jobs: %w", err)
 	}
-	nodes, slots = map[string][]string{}, map[string]workerSlots{}
+	nodes = map[string][]string{}
 	for _, w := range ws {
 		if w.NodeID == "" || (w.Status != store.WorkerIdle && w.Status != store.WorkerExecuting) {
 			continue
@@ -177,16 +174,12 @@ func (e *Engine) workerNodes(ctx context.Context) (nodes map[string][]string, sl
 			if !slices.Contains(nodes[t], w.NodeID) {
 				nodes[t] = append(nodes[t], w.NodeID)
 			}
-			if slots[t] == nil {
-				slots[t] = workerSlots{}
-			}
-			slots[t].add(w.NodeID, w.PoolID, max(w.Concurrency, 1))
 		}
 	}
 	for t := range nodes {
 		slices.Sort(nodes[t])
 	}
-	return nodes, slots, live, nil
+	return nodes, live, nil
 }
 
 // workerTypes are the types w runs: "*" (every type) when it names none.
@@ -223,8 +216,6 @@ type schedulePass struct {
 	p     ScheduleParams
 	now   time.Time
 	nodes map[string][]string // type → nodes of its live workers, cordoned ones left out
-	// slots is type → the slots of its live workers on each node, by pool (CPU placement).
-	slots map[string]workerSlots
 	// workers are the live workers; pools the pools, read when a waiting job is routed.
 	workers []store.Worker
 	pools   map[string]store.Pool
@@ -234,10 +225,9 @@ type schedulePass struct {
 
 	// labels are the registered nodes' labels (node selectors), read with the cordons.
 	labels map[string]map[string]string
-	// leased counts the jobs of a type with an active lease on each node, by agent, read for
-	// the types of the waiting jobs that have max_per_node or need no GPU, and kept up with the
-	// pass's placements.
-	leased map[string]leasedJobs
+	// use is what the jobs with an active lease take (max_per_node, worker slots), read when a
+	// waiting job needs it, and kept up with the pass's placements.
+	use *jobUse
 
 	cluster *leases.Cluster
 	quotas  *passQuotas // the agents' GPU quotas and holdings (quota.go)
@@ -263,7 +253,7 @@ func (s *schedulePass) run(ctx context.Context, tx store.Tx, waiting []store.Job
 	if s.cluster, err = s.e.leases.LockCluster(ctx, tx, s.now); err != nil {
 		return err
 	}
-	if s.leased, err = jobsPerNode(ctx, tx, waiting); err != nil {
+	if s.use, err = jobsPerNode(ctx, tx, waiting); err != nil {
 		return err
 	}
 	if s.quotas, err = s.e.lockedQuotas(ctx, tx, waiting); err != nil { // after the GPU locks
@@ -340,11 +330,10 @@ func (s *schedulePass) place(j *store.Job) error {
 		eligible = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == s.hold.Node })
 	}
 	policy := cmp.Or(s.p.Policy, leases.PolicyBestFit)
-	if warm := s.warmNodes(j, routes); len(warm) > 0 && len(warm) < len(nodes) {
-		// The nodes where a worker is warm for the job's model first.
-		onWarm := slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return !slices.Contains(warm, n) })
-		if node, err := s.cluster.Choose(req, onWarm, policy); err == nil {
-			return s.placeOn(j, node, firstPool(routes, node))
+	if warmTo, warm := s.warmRoutes(j, routes); len(warm) > 0 {
+		// The nodes where a worker is warm for the job's model first, for its pool.
+		if node, err := s.cluster.Choose(req, onlyIn(warm, eligible), policy); err == nil {
+			return s.placeOn(j, node, firstPool(warmTo, node))
 		}
 	}
 	if avoid := s.avoid[j.ID]; len(avoid) > 0 {
@@ -427,8 +416,8 @@ func (s *schedulePass) placeOn(j *store.Job, node, pool string) error {
 	if s.hold.JobID == j.ID {
 		s.hold = Hold{}
 	}
-	if counts, ok := s.leased[j.Type]; ok {
-		counts.add(j.Agent, node, pool, 1)
+	if s.use != nil {
+		s.use.add(j.Type, j.Agent, node, "", target, 1)
 	}
 	return nil
 }

@@ -14,96 +14,51 @@ import (
 // its type passes the constraints of now.
 const ReasonConstraints = "constraints"
 
-// leasedJobs counts the jobs of one type that hold an active lease (running, or placed): by
-// agent and node (max_per_node), and by node and pool (worker slots; the pool of the worker
-// that runs the job, or of the placement's target; "" for none).
-type leasedJobs struct {
-	byAgent map[string]map[string]int
-	byPool  map[string]map[string]int
+// jobUse is what the jobs holding an active lease take, read once a pass inside its
+// transaction (jobsPerNode) and kept up as the pass places.
+type jobUse struct {
+	byAgent map[string]map[string]map[string]int // type → agent → node → jobs (max_per_node)
+	held    map[string]int                       // worker → the jobs it claimed, of any type
+	placed  map[string]int                       // placement target → the jobs placed, not claimed
 }
 
-func newLeasedJobs() leasedJobs {
-	return leasedJobs{byAgent: map[string]map[string]int{}, byPool: map[string]map[string]int{}}
+// add records n jobs of typ and agent on node, claimed by worker or placed at target.
+func (u *jobUse) add(typ, agent, node, worker, target string, n int) {
+	if u.byAgent[typ] == nil {
+		u.byAgent[typ] = map[string]map[string]int{}
+	}
+	if u.byAgent[typ][agent] == nil {
+		u.byAgent[typ][agent] = map[string]int{}
+	}
+	u.byAgent[typ][agent][node] += n
+	if worker != "" {
+		u.held[worker] += n
+	} else {
+		u.placed[target] += n
+	}
 }
 
-func (l leasedJobs) add(agent, node, pool string, n int) {
-	if l.byAgent[agent] == nil {
-		l.byAgent[agent] = map[string]int{}
-	}
-	l.byAgent[agent][node] += n
-	if l.byPool[node] == nil {
-		l.byPool[node] = map[string]int{}
-	}
-	l.byPool[node][pool] += n
-}
-
-// of is how many of the type's jobs of agent hold a lease on node.
-func (l leasedJobs) of(agent, node string) int { return l.byAgent[agent][node] }
-
-// on is how many of the type's jobs hold a lease on node, for pool's workers ("" and all:
-// every pool's).
-func (l leasedJobs) on(node, pool string, all bool) int {
-	if !all {
-		return l.byPool[node][pool]
-	}
-	n := 0
-	for _, c := range l.byPool[node] {
-		n += c
-	}
-	return n
-}
-
-// workerSlots are the slots of one type's live workers: node → pool ("" for none) → slots.
-type workerSlots map[string]map[string]int
-
-func (w workerSlots) add(node, pool string, n int) {
-	if w[node] == nil {
-		w[node] = map[string]int{}
-	}
-	w[node][pool] += n
-}
-
-// on is the slots on node, of pool's workers (all: of every pool's).
-func (w workerSlots) on(node, pool string, all bool) int {
-	if !all {
-		return w[node][pool]
-	}
-	n := 0
-	for _, c := range w[node] {
-		n += c
-	}
-	return n
-}
-
-// jobsPerNode reads, for the types of the waiting jobs that have max_per_node or need no GPU
-// (placed by worker slots), how many jobs of the type hold an active lease on each node, by
-// agent. Inside the pass's transaction, after the GPU rows are locked: only a pass places
-// scheduled jobs, and every lease that ends makes a count smaller, so no count grows under
-// the pass.
-func jobsPerNode(ctx context.Context, tx store.Tx, waiting []store.Job) (map[string]leasedJobs, error) {
-	var types []string
-	for _, j := range waiting {
-		if j.GPUMemoryMB == 0 || (j.Constraints != nil && j.Constraints.MaxPerNode > 0) {
-			types = append(types, j.Type)
-		}
-	}
-	if len(types) == 0 {
+// jobsPerNode reads, when a waiting job has max_per_node or needs no GPU (placed by worker
+// slots), what the jobs with an active lease take (jobUse); nil otherwise. Inside the pass's
+// transaction, after the GPU rows are locked. The counts can still grow under the pass: a
+// worker claims unscheduled jobs of its types from their streams meanwhile, so a job placed on
+// a slot that such a claim took waits in its node's stream until one frees, and its placement
+// may expire (placement_expired) and be made again.
+func jobsPerNode(ctx context.Context, tx store.Tx, waiting []store.Job) (*jobUse, error) {
+	if !slices.ContainsFunc(waiting, func(j store.Job) bool {
+		return j.GPUMemoryMB == 0 || (j.Constraints != nil && j.Constraints.MaxPerNode > 0)
+	}) {
 		return nil, nil
 	}
-	counts, err := tx.LeaseJobsPerNode(ctx, types)
+	counts, err := tx.LeaseJobsPerNode(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]leasedJobs, len(types))
-	for _, t := range types {
-		out[t] = newLeasedJobs()
-	}
+	u := &jobUse{byAgent: map[string]map[string]map[string]int{}, held: map[string]int{}, placed: map[string]int{}}
 	for _, c := range counts {
-		if l, ok := out[c.Type]; ok {
-			l.add(c.Agent, c.Node, c.Pool, c.Jobs)
-		}
+		u.add(c.Type, c.Agent, c.Node, c.Worker, c.Target, c.Jobs)
 	}
-	return out, nil
+	return u, nil
 }
 
 // constrain returns the nodes among nodes that j's constraints allow now, and when there are
@@ -114,7 +69,7 @@ func (s *schedulePass) constrain(j *store.Job, nodes []string) ([]string, string
 	for _, n := range nodes {
 		ok, rule := c.Matches(n, s.labels[n])
 		if ok && c.MaxPerNode > 0 {
-			if have := s.leased[j.Type].of(j.Agent, n); have >= c.MaxPerNode {
+			if have := s.use.byAgent[j.Type][j.Agent][n]; have >= c.MaxPerNode {
 				ok, rule = false, fmt.Sprintf("max_per_node: %d of type %s and agent %s there", have, j.Type, j.Agent)
 			}
 		}
@@ -137,17 +92,16 @@ func (s *schedulePass) constrain(j *store.Job, nodes []string) ([]string, string
 }
 
 // placeCPU places j, a job that needs no GPU (it is scheduled for its constraints or its
-// route), where the most worker slots of its type are free: on each of nodes, the slots of the
-// live workers of the type there (of the pools of routes[node], for a routed job), less the
-// jobs of the type that hold a lease there (running, or placed and not yet claimed) for those
-// workers. Ties go to the first node id, then pool id; a node where a lease of the job expired
-// comes last. So a placed job is claimed as soon as it is read, and a node's stream never
-// holds more of the type's jobs than its workers can take. When every slot is taken the job
-// waits, no_capacity, naming each node's slots.
+// route), where the most worker slots for it are free: on each of nodes, the free slots of
+// the live workers of its type there (of the pools of routes[node], for a routed job), each
+// worker's concurrency less the jobs of any type it holds, less the jobs placed there and not
+// claimed yet. Ties go to the first node id, then pool id; a node where a lease of the job
+// expired comes last; the nodes of workers warm for its model come first. So a placed job is
+// claimed as soon as it is read, and a node's stream never holds more jobs than its workers
+// can take. When every slot is taken the job waits, no_capacity, naming each node's slots.
 func (s *schedulePass) placeCPU(j *store.Job, nodes []string, routes map[string][]string) error {
-	// The nodes where a worker is warm for the job's model first.
-	if warm := s.warmNodes(j, routes); len(warm) > 0 && len(warm) < len(nodes) {
-		if t, _ := s.chooseCPU(j, warm, routes); t != nil {
+	if warmTo, warm := s.warmRoutes(j, routes); len(warm) > 0 {
+		if t, _ := s.chooseCPU(j, onlyIn(warm, nodes), warmTo); t != nil {
 			return s.placeOn(j, t.node, t.pool)
 		}
 	}
@@ -167,7 +121,8 @@ type cpuTarget struct {
 	avoided    bool
 }
 
-// chooseCPU returns placeCPU's choice among nodes, or nil and the full targets (at most five).
+// chooseCPU returns placeCPU's choice among nodes (for the pools of routes, when not nil), or
+// nil and the full targets (at most five).
 func (s *schedulePass) chooseCPU(j *store.Job, nodes []string, routes map[string][]string) (*cpuTarget, []string) {
 	var best *cpuTarget
 	var full []string
@@ -177,21 +132,46 @@ func (s *schedulePass) chooseCPU(j *store.Job, nodes []string, routes map[string
 			pools = []string{""}
 		}
 		for _, pool := range pools {
-			slots := s.slots[j.Type].on(n, pool, all) + s.slots["*"].on(n, pool, all)
-			used := s.leased[j.Type].on(n, pool, all)
-			if slots-used <= 0 {
+			free, slots := s.freeSlots(j.Type, n, pool, all)
+			if free <= 0 {
 				if len(full) < 5 {
-					full = append(full, fmt.Sprintf("%s: %d of %d", store.Target(n, pool), used, slots))
+					full = append(full, fmt.Sprintf("%s: %d of %d free", store.Target(n, pool), max(free, 0), slots))
 				}
 				continue
 			}
-			t := &cpuTarget{node: n, pool: pool, free: slots - used, avoided: slices.Contains(s.avoid[j.ID], n)}
+			t := &cpuTarget{node: n, pool: pool, free: free, avoided: slices.Contains(s.avoid[j.ID], n)}
 			if best == nil || (best.avoided && !t.avoided) || (t.avoided == best.avoided && t.free > best.free) {
 				best = t
 			}
 		}
 	}
 	return best, full
+}
+
+// freeSlots is how many more jobs of typ the live workers on node (of pool, unless all) can
+// take now, and their slots: each worker's concurrency less the jobs it holds, less the jobs
+// placed for them and not claimed yet (on node, or for pool on node; all: anywhere on node).
+func (s *schedulePass) freeSlots(typ, node, pool string, all bool) (free, slots int) {
+	for _, w := range s.workers {
+		if w.NodeID != node || (!all && w.PoolID != pool) || !runsType(w, typ) {
+			continue
+		}
+		c := max(w.Concurrency, 1)
+		slots += c
+		free += max(c-s.use.held[w.ID], 0)
+	}
+	for target, n := range s.use.placed {
+		tn, tp := store.SplitTarget(target)
+		if tn == node && (all || tp == "" || tp == pool) {
+			free -= n
+		}
+	}
+	return free, slots
+}
+
+// runsType reports whether w runs typ (a worker that names no type runs every type).
+func runsType(w store.Worker, typ string) bool {
+	return len(w.Types) == 0 || slices.Contains(w.Types, typ)
 }
 
 // leaseMode is the mode of the lease a placement reserves for j: a GPU job's holds memory on

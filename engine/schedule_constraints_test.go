@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
@@ -133,7 +134,7 @@ func TestScheduleCPUConstraints(t *testing.T) {
 		}
 		require.Equal(t, 1, res.Waiting[leases.ReasonNoCapacity])
 		waiting := "c3"
-		require.Contains(t, b.job(t, waiting).WaitingReason, "has its worker slots taken (b: 2 of 2)")
+		require.Contains(t, b.job(t, waiting).WaitingReason, "has its worker slots taken (b: 0 of 2 free)")
 		n, err = b.streams.Len(ctx, streams.NodeStream("noop", "b"))
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
@@ -152,4 +153,46 @@ func TestScheduleCPUConstraints(t *testing.T) {
 		require.Len(t, res.Placed, 1)
 		require.Equal(t, engine.Placement{JobID: waiting, Type: "noop", Node: "b", Waited: res.Placed[0].Waited}, res.Placed[0])
 	})
+}
+
+// TestScheduleSlotsShared: a worker's slots are shared by its types, so a worker of two types
+// with one slot gets one scheduled job, not one of each; and the completion of a scheduled job
+// that needs no GPU wakes the scheduler, whose next pass gives its slot to the other.
+func TestScheduleSlotsShared(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wakes := 0
+	b.eng = engine.New(b.store, b.streams, b.cfg, engine.Options{Now: b.clock.Now, Leases: b.leases,
+		WakeScheduler: func() { wakes++ }})
+	b.cfg.JobTypes["noop2"] = &config.JobType{Name: "noop2", Stream: "noop2", Handler: "noop", MaxAttempts: 3,
+		Timeout: time.Minute, Backoff: b.cfg.JobTypes["noop"].Backoff}
+	now := b.clock.Now()
+	require.NoError(t, b.store.WorkerUpsert(ctx, store.Worker{ID: "w", NodeID: "a", Types: []string{"noop", "noop2"}, Concurrency: 1,
+		Status: store.WorkerIdle, RegisteredAt: now, LastHeartbeat: now}))
+	require.NoError(t, b.store.NodeUpsert(ctx, "a", map[string]string{"zone": "z"}, now))
+	for id, typ := range map[string]string{"one": "noop", "two": "noop2"} {
+		_, _, err := b.eng.Submit(ctx, engine.SubmitParams{JobID: id, Type: typ, Agent: "x", Payload: json.RawMessage(`{}`),
+			Actor: "agent:x", Constraints: &store.Constraints{AllowNodes: []string{"a"}}})
+		require.NoError(t, err)
+	}
+	b.eng.FlushMarks(ctx)
+	res := b.schedule(t, engine.ScheduleParams{})
+	require.Len(t, res.Placed, 1, "one slot for both types")
+	first := res.Placed[0]
+	c, err := b.eng.Claim(ctx, engine.ClaimParams{WorkerID: "w", NodeID: "a",
+		Items: []engine.ClaimItem{{JobID: first.JobID, Stream: first.Type}}})
+	require.NoError(t, err)
+	require.Len(t, c.Claimed, 1)
+	require.Empty(t, b.schedule(t, engine.ScheduleParams{}).Placed, "the running job holds the slot")
+	before := wakes
+	done, err := b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w", Results: []engine.Result{
+		{JobID: first.JobID, Attempt: 1, LeaseToken: c.Leases[first.JobID].Token, Done: true},
+	}})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeDone, done.Outcomes[0].Outcome)
+	require.Greater(t, wakes, before, "a scheduled job's completion wakes the scheduler")
+	res = b.schedule(t, engine.ScheduleParams{})
+	require.Len(t, res.Placed, 1)
+	require.NotEqual(t, first.JobID, res.Placed[0].JobID)
 }

@@ -112,12 +112,13 @@ type GPUCapacity struct {
 	Exclusive bool
 }
 
-// NodeJobCount is how many jobs of one type and agent hold an active lease on one node, for the
-// workers of one pool there: the pool of the worker that claimed them, or of their placement's
-// target ("" for none).
+// NodeJobCount is how many jobs of one type and agent hold an active lease on one node: those
+// a worker claimed (Worker names it), or those placed there and not claimed yet (Target is
+// their placement's target, store.Target).
 type NodeJobCount struct {
-	Type, Agent, Node, Pool string
-	Jobs                    int
+	Type, Agent, Node string
+	Worker, Target    string
+	Jobs              int
 }
 
 // GPUHolding is what an agent holds in its active gpu leases: what its GPU quota
@@ -142,9 +143,9 @@ type LeaseExecutor interface {
 	// LeaseExpiredNodes returns, for each job among jobIDs, the nodes where a lease of it
 	// expired (its worker was lost there, or no worker there claimed its placement).
 	LeaseExpiredNodes(ctx context.Context, jobIDs []string) (map[string][]string, error)
-	// LeaseJobsPerNode counts, per type, agent and node, the jobs of types that hold an
-	// active lease there (running, or placed by the scheduler): max_per_node's count.
-	LeaseJobsPerNode(ctx context.Context, types []string) ([]NodeJobCount, error)
+	// LeaseJobsPerNode counts the jobs that hold an active lease, per type, agent, node, and
+	// claiming worker or placement target: max_per_node's counts and the workers' slots.
+	LeaseJobsPerNode(ctx context.Context) ([]NodeJobCount, error)
 	// LeaseHoldings returns what each of agents holds in active gpu leases
 	// (idx_leases_agent_status); an agent without any is absent. Inside a transaction that
 	// locked every GPU row first (GPULockAll), no grant or placement can change the answer

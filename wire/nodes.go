@@ -39,7 +39,7 @@ type NodeWorker struct {
 // agent only: it is the capability that renews and releases the lease.
 type NodeLease struct {
 	LeaseToken string `json:"lease_token,omitempty"`
-	Agent      string `json:"agent"`
+	Agent      string `json:"agent,omitempty"` // an admin and the lease's own agent only
 	JobID      string `json:"job_id,omitempty"`
 	Mode       string `json:"mode"`
 	MemoryMB   int64  `json:"memory_mb"`

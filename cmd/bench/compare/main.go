@@ -26,16 +26,15 @@ import (
 
 // options are the flags.
 type options struct {
-	n, producers           int
-	rate                   float64
-	duration, timeout      time.Duration
-	asynqCheck             time.Duration
-	riverCooldown          time.Duration
-	riverPoll              time.Duration
-	redisServer, peersDir  string
-	out, benchFlags        string
-	skipFsync, skipPeers   bool
-	orchReport, peerReport string
+	n, producers          int
+	rate                  float64
+	duration, timeout     time.Duration
+	asynqCheck            time.Duration
+	riverCooldown         time.Duration
+	riverPoll             time.Duration
+	redisServer, peersDir string
+	out, benchFlags       string
+	skipFsync, skipPeers  bool
 }
 
 func main() {
@@ -81,7 +80,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	out := combined{StartedAt: started, Reports: map[string]json.RawMessage{}}
 	load := []string{"-n", strconv.Itoa(o.n), "-producers", strconv.Itoa(o.producers),
 		"-rate", strconv.FormatFloat(o.rate, 'f', -1, 64), "-duration", o.duration.String()}

@@ -1,2 +1,3 @@
 ALTER TABLE workers DROP COLUMN warm_model;
-ALTER TABLE orchestrator_jobs DROP COLUMN pool_id, DROP COLUMN model_id;
+ALTER TABLE orchestrator_jobs DROP COLUMN pool_id, DROP COLUMN model_id,
+    MODIFY COLUMN placed_node VARCHAR(128) NOT NULL DEFAULT '';

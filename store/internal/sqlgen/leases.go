@@ -1,7 +1,6 @@
 package sqlgen
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -82,41 +81,26 @@ func (e Executor) LeaseExpiredNodes(ctx context.Context, jobIDs []string) (map[s
 	return out, nil
 }
 
-// LeaseJobsPerNode counts the jobs of types with an active lease, per type, agent and node:
-// the active leases (idx_leases_status_expires; as many as jobs run and are placed) joined to
-// their jobs.
-func (e Executor) LeaseJobsPerNode(ctx context.Context, types []string) ([]store.NodeJobCount, error) {
-	types = DistinctIDs(types)
-	if len(types) == 0 {
-		return nil, nil
-	}
-	rows, err := query(ctx, e.d, e.r, func(row Scanner) (store.NodeJobCount, error) {
+// LeaseJobsPerNode counts the jobs with an active lease, per type, agent, node, and claiming
+// worker (a job claimed, or further) or placement target (a pending job placed): the active
+// leases (idx_leases_status_expires; as many as jobs run and are placed) joined to their jobs.
+func (e Executor) LeaseJobsPerNode(ctx context.Context) ([]store.NodeJobCount, error) {
+	out, err := query(ctx, e.d, e.r, func(row Scanner) (store.NodeJobCount, error) {
 		var c store.NodeJobCount
-		var owner, target string
-		err := row.Scan(&c.Type, &c.Agent, &c.Node, &owner, &target, &c.Jobs)
-		_, placedFor := store.SplitTarget(target)
-		c.Pool = cmp.Or(owner, placedFor) // claimed: the worker's pool; placed: the target's
+		var status string
+		err := row.Scan(&c.Type, &c.Agent, &c.Node, &status, &c.Worker, &c.Target, &c.Jobs)
+		if store.JobStatus(status) == store.JobPending {
+			c.Worker = "" // placed, not claimed: a retried job's row still names its last worker
+		} else {
+			c.Target = ""
+		}
 		return c, err
-	}, `SELECT j.type, j.agent, l.node_id, j.owner_pool, j.placed_node, COUNT(*) FROM orchestrator_leases l
+	}, `SELECT j.type, j.agent, l.node_id, j.status, j.worker_id, j.placed_node, COUNT(*) FROM orchestrator_leases l
 		JOIN orchestrator_jobs j ON j.job_id = l.job_id
-		WHERE l.status = ? AND l.job_id IS NOT NULL AND j.type IN (`+Placeholders(len(types))+`)
-		GROUP BY j.type, j.agent, l.node_id, j.owner_pool, j.placed_node`, append([]any{string(store.LeaseActive)}, Args(types)...)...)
+		WHERE l.status = ? AND l.job_id IS NOT NULL
+		GROUP BY j.type, j.agent, l.node_id, j.status, j.worker_id, j.placed_node`, string(store.LeaseActive))
 	if err != nil {
 		return nil, fmt.Errorf("count jobs per node: %w", err)
-	}
-	// Rows of one pool that differ in owner_pool and placed_node are one count.
-	type key struct{ typ, agent, node, pool string }
-	sums := map[key]int{}
-	var out []store.NodeJobCount
-	for _, c := range rows {
-		k := key{c.Type, c.Agent, c.Node, c.Pool}
-		if _, ok := sums[k]; !ok {
-			out = append(out, store.NodeJobCount{Type: c.Type, Agent: c.Agent, Node: c.Node, Pool: c.Pool})
-		}
-		sums[k] += c.Jobs
-	}
-	for i, c := range out {
-		out[i].Jobs = sums[key{c.Type, c.Agent, c.Node, c.Pool}]
 	}
 	return out, nil
 }
