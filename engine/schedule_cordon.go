@@ -64,8 +64,9 @@ func (s *schedulePass) waitCordoned(j *store.Job, req leases.Request, nodes []st
 	if len(closed) == 0 {
 		return false
 	}
-	if len(nodes) > 0 && (s.cluster.Unsatisfiable(req, nodes) == "" || s.cluster.Unsatisfiable(req, closed) != "") {
-		return false
+	if len(nodes) > 0 && (j.GPUMemoryMB == 0 || s.cluster.Unsatisfiable(req, nodes) == "" ||
+		s.cluster.Unsatisfiable(req, closed) != "") {
+		return false // an open node could run it (a job without a GPU needs none of its GPUs)
 	}
 	s.wait(j, fmt.Sprintf("%s: the nodes that could run it are cordoned (%s); it waits for an uncordon",
 		ReasonCordoned, strings.Join(closed, ", ")))
