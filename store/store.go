@@ -179,7 +179,9 @@ type DispatchParams struct {
 
 // SchedulableParams selects the jobs the scheduler may place (Job.Scheduled): pending, not placed, due at
 // Now. It reads up to Limit of them by priority (highest first, then oldest) and up to Limit
-// oldest first, so that jobs whose priority ages are seen behind a backlog of higher ones.
+// oldest first, so that jobs whose priority ages are seen behind a backlog of higher ones, and up
+// to Limit GPU jobs by priority, so that a backlog of jobs without a GPU waiting for worker
+// slots does not hide them.
 type SchedulableParams struct {
 	Now   time.Time
 	Limit int

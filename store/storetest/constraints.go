@@ -36,9 +36,18 @@ func testConstraints(t *testing.T, b *bundle) {
 	require.NoError(t, err)
 	require.Contains(t, ids(sched), con.ID)
 	require.NotContains(t, ids(sched), plain.ID)
+	// A GPU job behind a full batch of others is read too.
+	gpu := b.insert(t, "gpu", at, func(p *store.JobInsertParams) { p.Type = b.prefix + "t"; p.GPUMemoryMB = 1000; p.Priority = 0 })
+	con2 := b.insert(t, "con2", at, func(p *store.JobInsertParams) {
+		p.Type, p.Constraints, p.Priority = b.prefix+"t", c, 9
+	})
+	sched, err = b.s.JobListSchedulable(ctx, store.SchedulableParams{Now: now, Limit: 1})
+	require.NoError(t, err)
+	require.Contains(t, ids(sched), con2.ID, "the highest priority")
+	require.Contains(t, ids(sched), gpu.ID, "the GPU jobs by themselves")
 	unplaced, err := b.s.JobCountUnplaced(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, unplaced[b.prefix+"t"])
+	require.Equal(t, 3, unplaced[b.prefix+"t"])
 	disp, err := b.s.JobListDispatchable(ctx, store.DispatchParams{Now: now, Limit: 100, Scheduled: true})
 	require.NoError(t, err)
 	require.Contains(t, ids(disp), plain.ID)

@@ -224,17 +224,24 @@ func (d *Driver) TakenJob(ctx context.Context, x Querier, id string) (store.Job,
 }
 
 // JobListSchedulable returns the due, unplaced pending jobs the scheduler places: up to p.Limit
-// by priority and up to p.Limit oldest first, each once (store.SchedulableParams). Both reads
-// walk the pending jobs not enqueued (idx_jobs_dispatch), which is where unplaced jobs stay.
+// by priority, up to p.Limit oldest first, and up to p.Limit GPU jobs by priority, each once
+// (store.SchedulableParams). The reads walk the pending jobs not enqueued (idx_jobs_dispatch),
+// which is where unplaced jobs stay.
 func (e Executor) JobListSchedulable(ctx context.Context, p store.SchedulableParams) ([]store.Job, error) {
 	limit := ClampLimit(p.Limit, DispatchLimitDefault, DispatchLimitMax)
 	q := "SELECT " + JobColumnsNoPayload + ` FROM orchestrator_jobs WHERE status = ? AND enqueued = 0
-		AND available_at <= ? AND ` + ScheduledJob + ` AND lease_token = '' ORDER BY `
+		AND available_at <= ? AND lease_token = '' AND `
 	args := []any{string(store.JobPending), e.d.Time(p.Now)}
 	var out []store.Job
 	seen := map[string]bool{}
-	for _, order := range []string{"priority DESC, available_at, job_id", "available_at, job_id"} {
-		jobs, err := e.d.QueryJobs(ctx, e.r, q+order+" LIMIT ?", append(args, limit)...)
+	for _, read := range []struct{ which, order string }{
+		{ScheduledJob, "priority DESC, available_at, job_id"},
+		{ScheduledJob, "available_at, job_id"},
+		// A backlog of jobs without a GPU waiting for worker slots must not hide the GPU jobs
+		// behind it: those are read by themselves too.
+		{"gpu_memory_mb > 0", "priority DESC, available_at, job_id"},
+	} {
+		jobs, err := e.d.QueryJobs(ctx, e.r, q+read.which+" ORDER BY "+read.order+" LIMIT ?", append(args, limit)...)
 		if err != nil {
 			return nil, fmt.Errorf("list schedulable jobs: %w", err)
 		}
@@ -245,7 +252,7 @@ func (e Executor) JobListSchedulable(ctx context.Context, p store.SchedulablePar
 			}
 		}
 		if len(jobs) < limit {
-			break // every such job is in already: the oldest first would read the same rows
+			break // every such job is in already: the other orders would read the same rows
 		}
 	}
 	return out, nil
