@@ -6,11 +6,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gpuorch/orchestrator/internal/ident"
 	"github.com/gpuorch/orchestrator/leases"
+	"github.com/gpuorch/orchestrator/nodelabels"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -24,15 +24,7 @@ const (
 	MaxPerNodeLimit = 1000
 )
 
-// LabelKeyPattern and LabelValuePattern are the node labels' keys and values (node_labels and
-// the automatic gpu.* labels; a node selector's too).
-var (
-	LabelKeyPattern   = ident.Pattern{Min: 1, Max: 63}
-	LabelValuePattern = ident.Pattern{Min: 1, Max: 128}
-)
-
-// nodeLabelsTTL is how long submit reuses the registered nodes' labels: nodes come and go in
-// minutes, submits arrive many a second.
+// nodeLabelsTTL is how long submit reuses the registered nodes' labels.
 const nodeLabelsTTL = 5 * time.Second
 
 // checkConstraints validates c (nil: none) and returns them normalised: lists sorted without
@@ -48,10 +40,10 @@ func checkConstraints(c *store.Constraints) (*store.Constraints, error) {
 	for _, k := range slices.Sorted(maps.Keys(c.NodeSelector)) {
 		v := c.NodeSelector[k]
 		switch {
-		case !LabelKeyPattern.MatchString(k):
-			return nil, invalid("constraints.node_selector", "key %.70q must be %s", k, LabelKeyPattern.Rule())
-		case !LabelValuePattern.MatchString(v):
-			return nil, invalid("constraints.node_selector."+k, "must be %s", LabelValuePattern.Rule())
+		case !nodelabels.Key.MatchString(k):
+			return nil, invalid("constraints.node_selector", "key %.70q must be %s", k, nodelabels.Key.Rule())
+		case !nodelabels.Value.MatchString(v):
+			return nil, invalid("constraints.node_selector."+k, "must be %s", nodelabels.Value.Rule())
 		}
 		if out.NodeSelector == nil {
 			out.NodeSelector = map[string]string{}
@@ -93,32 +85,6 @@ func nodeList(field string, nodes []string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// nodeLabels is the registered nodes' labels, read again once nodeLabelsTTL has passed.
-type nodeLabels struct {
-	mu     sync.Mutex
-	read   time.Time
-	labels map[string]map[string]string
-}
-
-// get returns every registered node's labels, by node id.
-func (n *nodeLabels) get(ctx context.Context, st store.Store, now time.Time) (map[string]map[string]string, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.labels != nil && now.Sub(n.read) < nodeLabelsTTL {
-		return n.labels, nil
-	}
-	nodes, err := st.NodeList(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read the nodes' labels: %w", err)
-	}
-	n.labels = make(map[string]map[string]string, len(nodes))
-	for _, node := range nodes {
-		n.labels[node.ID] = node.Labels
-	}
-	n.read = now
-	return n.labels, nil
-}
-
 // checkPlaceable refuses a job that no registered node could ever take: none passes its
 // constraints, or none of those that do could hold its GPUs however idle. Any job passes
 // while no node has registered (or reported a GPU) yet.
@@ -134,9 +100,12 @@ func (e *Engine) checkPlaceable(ctx context.Context, r *Resources, c *store.Cons
 		}
 		return e.unsatisfiable(ctx, "resources", req, nil)
 	}
-	labels, err := e.nodeLabels.get(ctx, e.store, e.nowUTC())
+	labels, err := e.nodeLabels.get(e.nowUTC(), nodeLabelsTTL, false, func() (map[string]map[string]string, error) {
+		nodes, err := e.store.NodeList(ctx)
+		return labelsByNode(nodes), err
+	})
 	if err != nil {
-		return fmt.Errorf("check constraints: %w", err)
+		return fmt.Errorf("check constraints: read the nodes' labels: %w", err)
 	}
 	if len(labels) == 0 {
 		return nil

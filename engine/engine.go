@@ -49,7 +49,7 @@ type Engine struct {
 	// redisStartsEmpty: see Options.RedisStartsEmpty.
 	redisStartsEmpty bool
 	// nodeLabels are the registered nodes' labels submit checks constraints against.
-	nodeLabels nodeLabels
+	nodeLabels cached[map[string]map[string]string]
 	// pools are the pools submit checks pool_id and model_id against.
 	pools poolCache
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -86,28 +85,13 @@ func (e *Engine) checkRouted(ctx context.Context, p SubmitParams, jt *config.Job
 
 // poolCache is the pools submit routes against, read again once poolsTTL has passed or when a
 // pool asked for is missing.
-type poolCache struct {
-	mu    sync.Mutex
-	read  time.Time
-	pools map[string]store.Pool
-}
+type poolCache struct{ pools cached[map[string]store.Pool] }
 
 func (c *poolCache) load(ctx context.Context, st store.Store, now time.Time, force bool) (map[string]store.Pool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pools != nil && !force && now.Sub(c.read) < poolsTTL {
-		return c.pools, nil
-	}
-	list, err := st.PoolList(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.pools = make(map[string]store.Pool, len(list))
-	for _, p := range list {
-		c.pools[p.ID] = p
-	}
-	c.read = now
-	return c.pools, nil
+	return c.pools.get(now, poolsTTL, force, func() (map[string]store.Pool, error) {
+		list, err := st.PoolList(ctx)
+		return poolsByID(list), err
+	})
 }
 
 // get returns pool id, reading the pools again when it is not among those read.
@@ -150,11 +134,7 @@ func (e *Engine) passPools(ctx context.Context, waiting []store.Job) (map[string
 	if err != nil {
 		return nil, fmt.Errorf("schedule jobs: read the pools: %w", err)
 	}
-	out := make(map[string]store.Pool, len(list))
-	for _, p := range list {
-		out[p.ID] = p
-	}
-	return out, nil
+	return poolsByID(list), nil
 }
 
 // route returns, for a job routed to a pool or a model, the pools of its live workers of the
@@ -164,8 +144,7 @@ func (e *Engine) passPools(ctx context.Context, waiting []store.Job) (map[string
 func (s *schedulePass) route(j *store.Job, nodes []string) (map[string][]string, []string, string) {
 	routes := map[string][]string{}
 	for _, w := range s.workers {
-		if w.PoolID == "" || !slices.Contains(nodes, w.NodeID) ||
-			!slices.Contains(workerTypes(w), j.Type) && !slices.Contains(workerTypes(w), "*") {
+		if w.PoolID == "" || !slices.Contains(nodes, w.NodeID) || !runsType(w, j.Type) {
 			continue
 		}
 		if j.PoolID != "" && w.PoolID != j.PoolID {

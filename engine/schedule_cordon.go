@@ -27,14 +27,13 @@ func (e *Engine) registry(ctx context.Context) (cordoned map[string]bool, labels
 	if err != nil {
 		return nil, nil, fmt.Errorf("schedule jobs: read the node registry: %w", err)
 	}
-	cordoned, labels = map[string]bool{}, make(map[string]map[string]string, len(nodes))
+	cordoned = map[string]bool{}
 	for _, n := range nodes {
 		if n.Cordoned {
 			cordoned[n.ID] = true
 		}
-		labels[n.ID] = n.Labels
 	}
-	return cordoned, labels, nil
+	return cordoned, labelsByNode(nodes), nil
 }
 
 // splitCordoned splits the nodes of each type (workerNodes) into those the scheduler may
