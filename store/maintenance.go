@@ -76,8 +76,9 @@ type MaintenanceExecutor interface {
 	// JobDeleteTerminal deletes up to Limit terminal jobs past their retention (see
 	// JobDeleteParams) and returns how many it deleted.
 	JobDeleteTerminal(ctx context.Context, p JobDeleteParams) (int, error)
-	// AuditDeleteBefore deletes up to limit audit rows with ts < before, oldest first, and
-	// returns how many it deleted.
+	// AuditDeleteBefore deletes up to limit audit rows with ts < before, in id order, and
+	// returns how many it deleted. It stops at the first row not yet old enough (ids follow
+	// time, except across instances' clocks), which holds back the rows after it.
 	AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error)
 	// LeaseDeleteEnded deletes up to limit ended leases (released or expired) that ended before
 	// before, and returns how many it deleted. Active leases are never deleted. It finds them

@@ -58,17 +58,7 @@ func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit 
 		sqlgen.Placeholders(len(tokens))+") AND status <> ?", append(sqlgen.Args(tokens), string(store.LeaseActive))...)
 }
 
-// AuditDeleteBefore finds the oldest rows through idx_audit_ts and deletes them by primary
-// key, for the same reason as JobDeleteTerminal.
+// AuditDeleteBefore implements store.MaintenanceExecutor (sqlgen.Driver.AuditDeleteBefore).
 func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error) {
-	ids, err := sqlgen.QueryColumn[int64](ctx, &shared, e.q, `SELECT id FROM orchestrator_audit WHERE ts < ?
-		ORDER BY ts, id LIMIT ?`, dbTime(before), sqlgen.MaintenanceLimit(limit))
-	if err != nil {
-		return 0, fmt.Errorf("find audit rows to delete: %w", err)
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	return shared.ExecCount(ctx, e.q, fmt.Sprintf("delete %d audit rows", len(ids)),
-		"DELETE FROM orchestrator_audit WHERE id IN ("+sqlgen.Placeholders(len(ids))+")", sqlgen.Args(ids)...)
+	return shared.AuditDeleteBefore(ctx, e.q, before, limit)
 }

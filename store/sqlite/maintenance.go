@@ -34,9 +34,7 @@ func (e executor) LeaseDeleteEnded(ctx context.Context, before time.Time, limit 
 		sqlgen.MaintenanceLimit(limit))
 }
 
-// AuditDeleteBefore deletes up to limit audit rows older than before, oldest first (through
-// idx_audit_ts).
+// AuditDeleteBefore implements store.MaintenanceExecutor (sqlgen.Driver.AuditDeleteBefore).
 func (e executor) AuditDeleteBefore(ctx context.Context, before time.Time, limit int) (int, error) {
-	return shared.ExecCount(ctx, e.w, "delete audit rows", deleteFirst("orchestrator_audit", "id",
-		"WHERE ts < ? ORDER BY ts, id LIMIT ?"), dbTime(before), sqlgen.MaintenanceLimit(limit))
+	return shared.AuditDeleteBefore(ctx, e.w, before, limit)
 }

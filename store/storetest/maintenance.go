@@ -27,7 +27,6 @@ func testMaintenance(t *testing.T, b *bundle) {
 		{"ClearEnqueued", testClearEnqueued},
 		{"DeleteTerminal", testDeleteTerminal},
 		{"DeleteExceptTypes", testDeleteExceptTypes},
-		{"AuditDeleteBefore", testAuditDeleteBefore},
 		{"LeaseDeleteEnded", testLeaseDeleteEnded},
 	}
 	for _, tc := range tests {
@@ -283,15 +282,22 @@ func testDeleteExceptTypes(t *testing.T, b *bundle) {
 	require.False(t, b.exists(t, gone.ID))
 }
 
+// testAuditDeleteBefore runs on a store of its own (Run): a retention pass deletes the leading
+// run of old rows in id order, so other subtests' rows would hold it back.
 func testAuditDeleteBefore(t *testing.T, b *bundle) {
 	ctx := t.Context()
 	old := time.Date(2005, 1, 1, 0, 0, 0, 0, time.UTC)
 	job := b.id("audit-ret")
+	at := func(d time.Duration, typ string) store.AuditEvent {
+		return store.AuditEvent{TS: old.Add(d), EventType: typ, JobID: job}
+	}
 	var events []store.AuditEvent
 	for i := range 5 {
-		events = append(events, store.AuditEvent{TS: old.Add(time.Duration(i) * time.Minute), EventType: "test.old", JobID: job})
+		events = append(events, at(time.Duration(i)*time.Minute, "test.old"))
 	}
-	events = append(events, store.AuditEvent{TS: old.Add(time.Hour), EventType: "test.young", JobID: job})
+	// A young row (another instance's clock ahead), then an old one after it in id order: the
+	// young row holds the old one back until it is old enough itself.
+	events = append(events, at(time.Hour, "test.young"), at(time.Minute, "test.held"))
 	require.NoError(t, b.s.AuditInsert(ctx, events))
 
 	cutoff := old.Add(30 * time.Minute)
@@ -299,7 +305,10 @@ func testAuditDeleteBefore(t *testing.T, b *bundle) {
 	require.Equal(t, 5, total)
 	left, err := b.s.AuditList(ctx, store.AuditListParams{JobID: job})
 	require.NoError(t, err)
-	require.Equal(t, []string{"test.young"}, auditTypes(left))
+	require.Equal(t, []string{"test.young", "test.held"}, auditTypes(left))
+
+	total = deleteAll(t, 2, func(limit int) (int, error) { return b.s.AuditDeleteBefore(ctx, old.Add(2*time.Hour), limit) })
+	require.Equal(t, 2, total)
 }
 
 func testLeaseDeleteEnded(t *testing.T, b *bundle) {

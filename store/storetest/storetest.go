@@ -17,9 +17,9 @@ import (
 	"github.com/gpuorch/orchestrator/store"
 )
 
-// Run runs the conformance suite against the store open returns. open is called once; the
-// store is shared by all subtests, and closing it (and dropping its database) is open's job,
-// for instance with t.Cleanup.
+// Run runs the conformance suite against the store open returns. open is called twice: the
+// first store is shared by all subtests but one, which reads a whole table and gets the second.
+// Closing a store (and dropping its database) is open's job, for instance with t.Cleanup.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	s := open(t)
 	tests := []subtest{
@@ -66,6 +66,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Constraints", testConstraints},
 	}
 	runAll(t, s, tests)
+	// Retention reads the audit table from its oldest row: on a store of its own.
+	t.Run("AuditDeleteBefore", func(t *testing.T) {
+		t.Parallel()
+		testAuditDeleteBefore(t, newBundle(open(t)))
+	})
 }
 
 // subtest is one named conformance test, run on a bundle of its own.

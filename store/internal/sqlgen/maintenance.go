@@ -11,7 +11,8 @@ import (
 )
 
 // This file holds the maintenance statements that both dialects share
-// (store.MaintenanceExecutor); the deletes for retention differ and stay in the drivers.
+// (store.MaintenanceExecutor); the deletes for retention of jobs and leases differ and stay in
+// the drivers.
 
 // JobListDeadLetterUnpublished returns dead letters not yet on the DLQ stream in the order of
 // the dispatch index (status, enqueued, available_at), which serves the query without sorting.
@@ -137,4 +138,26 @@ func (d *Driver) DeletableJobs(p store.JobDeleteParams) (where string, args []an
 		f.add("stream_id = ?", store.StreamIDPurged)
 	}
 	return strings.Join(f.where, " AND "), f.args, true
+}
+
+// AuditDeleteBefore implements store.MaintenanceExecutor for both drivers, reading and deleting
+// through x: it reads the oldest rows in id order (the primary key; ids follow time, and the
+// table has no index on ts, which every audit insert would pay for) and deletes, by primary
+// key, the leading run of them older than before. A row out of time order (another instance's
+// clock) holds back the rows after it until it is old enough too.
+func (d *Driver) AuditDeleteBefore(ctx context.Context, x Conn, before time.Time, limit int) (int, error) {
+	// Each row's id while its ts is before the cut-off, 0 otherwise.
+	ids, err := QueryColumn[int64](ctx, d, x, `SELECT CASE WHEN ts < ? THEN id ELSE 0 END FROM orchestrator_audit
+		ORDER BY id LIMIT ?`, d.Time(before), MaintenanceLimit(limit))
+	if err != nil {
+		return 0, fmt.Errorf("find audit rows to delete: %w", err)
+	}
+	if i := slices.Index(ids, 0); i >= 0 {
+		ids = ids[:i]
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return d.ExecCount(ctx, x, fmt.Sprintf("delete %d audit rows", len(ids)),
+		"DELETE FROM orchestrator_audit WHERE id IN ("+Placeholders(len(ids))+")", Args(ids)...)
 }
