@@ -71,8 +71,8 @@ func renewParams(req wire.RenewRequest) (leases.RenewParams, error) {
 		return leases.RenewParams{}, badRequest("tokens", "at most %d per call, got %d", leases.MaxRenewTokens, len(req.Tokens))
 	}
 	for i, t := range req.Tokens {
-		if len(t) > 64 {
-			return leases.RenewParams{}, badRequest(fmt.Sprintf("tokens[%d]", i), "is longer than 64 bytes")
+		if len(t) > leases.JobTokenMax {
+			return leases.RenewParams{}, badRequest(fmt.Sprintf("tokens[%d]", i), "is longer than %d bytes", leases.JobTokenMax)
 		}
 	}
 	p := leases.RenewParams{WorkerID: req.WorkerID, NodeID: req.NodeID, Tokens: req.Tokens}

@@ -31,8 +31,11 @@ const (
 	LeaseListLimitMax     = 1000
 )
 
-// leaseTokenRE is the shape of a lease token; anything else cannot exist (404 without a query).
-var leaseTokenRE = regexp.MustCompile(`^` + leases.TokenPrefix + `[0-9a-f]{32}$`)
+// leaseTokenRE is the shape of a lease token: of a lease row, or of a lease held in a job's row
+// (leases.NewJobToken, the job id after the separator); anything else cannot exist (404 without
+// a query).
+var leaseTokenRE = regexp.MustCompile(`^(` + leases.TokenPrefix + `[0-9a-f]{32}|` + leases.JobTokenPrefix +
+	`[0-9a-f]{32}_[A-Za-z0-9._:-]{1,128})$`)
 
 // grantLease handles POST /leases: 201 with the grant, 409 with the reason of a denial
 // (no_capacity, node_unknown, telemetry_stale), 429 quota with Retry-After for a gpu lease that

@@ -26,7 +26,7 @@ func (e *Engine) Cancel(ctx context.Context, id, actor string) (store.Job, error
 		if job.Status.Terminal() || !CanTransition(job.Status, store.JobCancelled) {
 			return fmt.Errorf("%w: %s", ErrJobTerminal, job.Status)
 		}
-		empty, token := "", job.LeaseToken
+		empty, token, held := "", job.LeaseToken, job
 		ev, err := transition(ctx, tx, change{
 			job:     &job,
 			update:  store.JobUpdate{To: store.JobCancelled, FinishedAt: &now, LeaseToken: &empty, Now: now},
@@ -39,7 +39,7 @@ func (e *Engine) Cancel(ctx context.Context, id, actor string) (store.Job, error
 		events := []store.AuditEvent{ev}
 		// The cancelled attempt's resources are free at once: the worker learns of the
 		// cancellation on its next call (or renewal) and stops the handler.
-		if lev, ok, err := releaseLease(ctx, tx, token, now, actor, "job cancelled"); err != nil {
+		if lev, ok, err := releaseLease(ctx, tx, &held, token, now, actor, "job cancelled"); err != nil {
 			return err
 		} else if ok {
 			events = append(events, lev)

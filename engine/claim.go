@@ -164,6 +164,14 @@ func (e *Engine) placeClaims(ctx context.Context, tx store.Tx, p ClaimParams, cl
 			}
 			continue
 		}
+		if c.job.GPUMemoryMB == 0 {
+			// Its lease reserves nothing: it lives in the job's row, written by the claim's
+			// own update (leases.NewJobToken).
+			lease := e.leases.PrepareJobLease(c.job, p.NodeID, now)
+			plans = append(plans, claimPlan(c, p, attempts, lease, now))
+			res.Leases[c.job.ID] = lease
+			continue
+		}
 		lease, err := e.leases.Prepare(node, e.leaseParams(c.job, p, attempts), now)
 		if d, ok := leases.IsDenial(err); ok {
 			res.Refused = append(res.Refused, Refusal{JobID: c.job.ID, Reason: RefusedRetryLater, Detail: d.Reason})
@@ -260,6 +268,9 @@ func claimPlan(c candidate, p ClaimParams, attempts int, lease store.Lease, now 
 		OwnerPool:  &p.PoolID,
 		LeaseToken: &lease.Token,
 		Now:        now,
+	}
+	if leases.InJobRow(lease.Token) {
+		update.LeaseExpiresAt = &lease.ExpiresAt
 	}
 	if c.job.WaitingReason != "" {
 		update.WaitingReason = new(string) // placed: no longer waiting

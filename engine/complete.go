@@ -180,9 +180,11 @@ func leaseExpired(l *store.Lease, now time.Time) bool {
 func lockJobsAndLeases(ctx context.Context, tx store.Tx, ids, withPayload []string, results []Result) (map[string]*store.Job, map[string]*store.Lease, error) {
 	tokens := make([]string, 0, len(results))
 	for _, r := range results {
-		tokens = append(tokens, r.LeaseToken)
+		if !leases.InJobRow(r.LeaseToken) {
+			tokens = append(tokens, r.LeaseToken)
+		}
 	}
-	jobs, leases, err := tx.LockJobsAndLeases(ctx, store.LockParams{Jobs: ids, Payloads: withPayload, Leases: tokens})
+	jobs, ls, err := tx.LockJobsAndLeases(ctx, store.LockParams{Jobs: ids, Payloads: withPayload, Leases: tokens})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -190,9 +192,26 @@ func lockJobsAndLeases(ctx context.Context, tx store.Tx, ids, withPayload []stri
 	for i := range jobs {
 		byID[jobs[i].ID] = &jobs[i]
 	}
-	held := make(map[string]*store.Lease, len(leases))
-	for i := range leases {
-		held[leases[i].Token] = &leases[i]
+	held := make(map[string]*store.Lease, len(ls))
+	for i := range ls {
+		held[ls[i].Token] = &ls[i]
+	}
+	// The leases held in the results' job rows, locked with their rows; a lease the job no
+	// longer holds has ended, and how tells a zombie's result (lease_expired) from a stale one.
+	for _, r := range results {
+		j := byID[r.JobID]
+		if jobID, ok := leases.JobOfToken(r.LeaseToken); !ok || j == nil || jobID != j.ID {
+			continue
+		}
+		if l, ok := leases.JobLease(j, "", 0); ok && j.LeaseToken == r.LeaseToken {
+			held[l.Token] = &l
+			continue
+		}
+		status, err := leases.EndedJobLease(ctx, tx, j.ID, r.LeaseToken)
+		if err != nil {
+			return nil, nil, err
+		}
+		held[r.LeaseToken] = &store.Lease{Token: r.LeaseToken, JobID: j.ID, Mode: store.LeaseCPU, Status: status}
 	}
 	return byID, held, nil
 }

@@ -13,11 +13,23 @@ import (
 var _ leases.Expirer = (*Engine)(nil)
 
 // ExpiredLeases returns the engine clock now and up to limit active leases past their expiry
-// at that instant (leases.Expirer).
+// at that instant (leases.Expirer): of orchestrator_leases, then of job rows.
 func (e *Engine) ExpiredLeases(ctx context.Context, limit int) (time.Time, []store.Lease, error) {
 	now := e.nowUTC()
 	expired, err := e.store.LeaseListExpired(ctx, now, limit)
-	return now, expired, err
+	if err != nil || len(expired) >= limit {
+		return now, expired, err
+	}
+	jobs, err := e.store.JobLeasesExpired(ctx, now, limit-len(expired))
+	if err != nil {
+		return now, nil, err
+	}
+	for i := range jobs {
+		if l, ok := leases.JobLease(&jobs[i], "", 0); ok {
+			expired = append(expired, l)
+		}
+	}
+	return now, expired, nil
 }
 
 // ExpireLease expires l and rescues its job, in one transaction guarded by fence (nil: the
@@ -41,7 +53,7 @@ func (e *Engine) ExpireLease(ctx context.Context, fence leases.Fence, l store.Le
 				return err
 			}
 		} else {
-			ev, ok, err := expireLease(ctx, tx, l.Token, "the holder missed its heartbeats", now, true)
+			ev, ok, err := expireLease(ctx, tx, nil, l.Token, "the holder missed its heartbeats", now, true)
 			if err != nil {
 				return err
 			}

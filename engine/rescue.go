@@ -68,7 +68,7 @@ func (e *Engine) rescueTx(ctx context.Context, tx store.Tx, jobID, token, reason
 	if token != "" {
 		// The purger's lease must still be past its expiry: a heartbeat may have come in since
 		// it was listed, and a renewed lease is not taken away.
-		ev, expired, err := expireLease(ctx, tx, token, reason, now, purging)
+		ev, expired, err := expireLease(ctx, tx, job, token, reason, now, purging)
 		if err != nil {
 			return "", nil, err
 		}
@@ -117,8 +117,8 @@ func (e *Engine) rescueTx(ctx context.Context, tx store.Tx, jobID, token, reason
 // expireLease moves an active lease to expired (locking it first) and returns the audit event;
 // expired is false when the lease does not exist or has already ended, or, with pastExpiry,
 // when a heartbeat moved its expiry beyond now.
-func expireLease(ctx context.Context, tx store.Tx, token, reason string, now time.Time, pastExpiry bool) (store.AuditEvent, bool, error) {
-	l, err := tx.LeaseGet(ctx, token, true)
+func expireLease(ctx context.Context, tx store.Tx, job *store.Job, token, reason string, now time.Time, pastExpiry bool) (store.AuditEvent, bool, error) {
+	l, err := lockLease(ctx, tx, job, token)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.AuditEvent{}, false, nil
 	}
@@ -138,11 +138,11 @@ func expireLease(ctx context.Context, tx store.Tx, token, reason string, now tim
 
 // releaseLease moves an active lease to released (locking it first) and returns the audit
 // event; released is false when there is no such lease or it has already ended.
-func releaseLease(ctx context.Context, tx store.Tx, token string, now time.Time, actor, reason string) (store.AuditEvent, bool, error) {
+func releaseLease(ctx context.Context, tx store.Tx, job *store.Job, token string, now time.Time, actor, reason string) (store.AuditEvent, bool, error) {
 	if token == "" {
 		return store.AuditEvent{}, false, nil
 	}
-	l, err := tx.LeaseGet(ctx, token, true)
+	l, err := lockLease(ctx, tx, job, token)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.AuditEvent{}, false, nil
 	}
@@ -151,6 +151,23 @@ func releaseLease(ctx context.Context, tx store.Tx, token string, now time.Time,
 	}
 	ev, err := leases.Transition(ctx, tx, &l, store.LeaseReleased, now, actor, map[string]any{"reason": reason})
 	return ev, err == nil, err
+}
+
+// lockLease loads and locks the lease of token, which job (locked, as it was before any
+// transition of this transaction) held: a lease of orchestrator_leases, or the one held in
+// job's row, which the job's lock covers (store.ErrNotFound when the job no longer holds it).
+// Ending a lease of a job row writes nothing (leases.TransitionMany): the job's transition
+// clears its token.
+func lockLease(ctx context.Context, tx store.Tx, job *store.Job, token string) (store.Lease, error) {
+	if !leases.InJobRow(token) {
+		return tx.LeaseGet(ctx, token, true)
+	}
+	if job != nil && job.LeaseToken == token {
+		if l, ok := leases.JobLease(job, "", 0); ok {
+			return l, nil
+		}
+	}
+	return store.Lease{}, store.ErrNotFound
 }
 
 // unplace takes a placed pending job's placement away (its lease has ended): the job is the

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/engine/outbox"
+	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 )
@@ -170,21 +171,24 @@ func (e *Engine) Settle(ctx context.Context, p SettleParams) ([]Settlement, erro
 func (e *Engine) leaseStates(ctx context.Context, byID map[string]*store.Job) (map[string]LeaseState, error) {
 	out := make(map[string]LeaseState, len(byID))
 	var tokens []string
+	byToken := map[string]store.Lease{}
 	for _, j := range byID {
 		if (j.Status == store.JobClaimed || j.Status == store.JobRunning) && j.LeaseToken != "" {
-			tokens = append(tokens, j.LeaseToken)
+			if l, ok := leases.JobLease(j, "", 0); ok {
+				byToken[l.Token] = l // held in the job's row
+			} else {
+				tokens = append(tokens, j.LeaseToken)
+			}
 		}
 	}
-	if len(tokens) == 0 {
-		return out, nil
-	}
-	ls, err := e.store.LeaseGetMany(ctx, tokens, false)
-	if err != nil {
-		return nil, fmt.Errorf("load leases: %w", err)
-	}
-	byToken := make(map[string]store.Lease, len(ls))
-	for _, l := range ls {
-		byToken[l.Token] = l
+	if len(tokens) > 0 {
+		ls, err := e.store.LeaseGetMany(ctx, tokens, false)
+		if err != nil {
+			return nil, fmt.Errorf("load leases: %w", err)
+		}
+		for _, l := range ls {
+			byToken[l.Token] = l
+		}
 	}
 	now := e.nowUTC()
 	for id, j := range byID {

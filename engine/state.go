@@ -165,6 +165,7 @@ func mergeUpdate(dst *store.JobUpdate, u store.JobUpdate) {
 	pick(&dst.LastError, u.LastError)
 	pick(&dst.StartedAt, u.StartedAt)
 	pick(&dst.FinishedAt, u.FinishedAt)
+	pick(&dst.LeaseExpiresAt, u.LeaseExpiresAt)
 	if u.Result != nil {
 		dst.Result = u.Result
 	}
@@ -223,5 +224,12 @@ func applyUpdate(j *store.Job, u store.JobUpdate) {
 	if u.FinishedAt != nil {
 		t := *u.FinishedAt
 		j.FinishedAt = &t
+	}
+	if u.LeaseExpiresAt != nil {
+		t := *u.LeaseExpiresAt
+		j.LeaseExpiresAt = &t
+		if t.IsZero() {
+			j.LeaseExpiresAt = nil
+		}
 	}
 }

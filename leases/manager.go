@@ -223,7 +223,7 @@ func (m *Manager) Heartbeat(ctx context.Context, token, agent string) (store.Lea
 	if l.Status != store.LeaseActive || !l.ExpiresAt.After(now) {
 		return l, &GoneError{Token: token, Status: l.Status}
 	}
-	got, err := m.store.LeaseHeartbeat(ctx, []string{token}, now)
+	got, err := m.heartbeat(ctx, []string{token}, now)
 	if err != nil {
 		return store.Lease{}, fmt.Errorf("heartbeat lease: %w", err)
 	}
@@ -283,9 +283,30 @@ func (m *Manager) Get(ctx context.Context, token, agent string) (store.Lease, er
 	return m.visible(ctx, m.store, token, agent, false)
 }
 
+// lookup reads the lease of token: a row of orchestrator_leases, or the lease held in a job's
+// row (InJobRow), read from the job.
+func (m *Manager) lookup(ctx context.Context, ex store.Executor, token string, forUpdate bool) (store.Lease, error) {
+	jobID, inRow := JobOfToken(token)
+	if !inRow {
+		return ex.LeaseGet(ctx, token, forUpdate)
+	}
+	jobs, err := ex.JobGetMany(ctx, []string{jobID}, forUpdate)
+	if err != nil || len(jobs) == 0 {
+		return store.Lease{}, cmp.Or(err, store.ErrNotFound)
+	}
+	if l, ok := JobLease(&jobs[0], "", m.cfg.TTL); ok && l.Token == token {
+		return l, nil
+	}
+	status, err := EndedJobLease(ctx, ex, jobID, token)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return store.Lease{Token: token, Agent: jobs[0].Agent, JobID: jobID, Mode: store.LeaseCPU, Status: status}, nil
+}
+
 // visible reads a lease, hiding another agent's as not found (so tokens cannot be probed).
 func (m *Manager) visible(ctx context.Context, ex store.Executor, token, agent string, forUpdate bool) (store.Lease, error) {
-	l, err := ex.LeaseGet(ctx, token, forUpdate)
+	l, err := m.lookup(ctx, ex, token, forUpdate)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && agent != "" && l.Agent != agent) {
 		return store.Lease{}, ErrNotFound
 	}

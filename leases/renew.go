@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/telemetry"
@@ -56,7 +57,7 @@ func (m *Manager) Renew(ctx context.Context, p RenewParams) (RenewResult, error)
 	now := m.nowUTC()
 	var res RenewResult
 	if len(p.Tokens) > 0 {
-		leases, err := m.store.LeaseHeartbeat(ctx, p.Tokens, now)
+		leases, err := m.heartbeat(ctx, p.Tokens, now)
 		if err != nil {
 			return RenewResult{}, fmt.Errorf("renew leases of worker %s: %w", p.WorkerID, err)
 		}
@@ -90,6 +91,59 @@ func (m *Manager) Renew(ctx context.Context, p RenewParams) (RenewResult, error)
 		res.Reserved = reserved
 	}
 	return res, nil
+}
+
+// heartbeat renews the leases of tokens, in orchestrator_leases and in job rows, and returns
+// every one that exists, renewed or not. A lease of a job row that its job no longer holds
+// (the attempt ended or was rescued) is reported released, or expired when the job holds it
+// still but its expiry passed.
+func (m *Manager) heartbeat(ctx context.Context, tokens []string, now time.Time) ([]store.Lease, error) {
+	var inTable, inRows, jobIDs []string
+	for _, t := range tokens {
+		if id, ok := JobOfToken(t); ok {
+			inRows, jobIDs = append(inRows, t), append(jobIDs, id)
+		} else {
+			inTable = append(inTable, t)
+		}
+	}
+	var out []store.Lease
+	if len(inTable) > 0 {
+		ls, err := m.store.LeaseHeartbeat(ctx, inTable, now)
+		if err != nil {
+			return nil, err
+		}
+		out = ls
+	}
+	if len(inRows) == 0 {
+		return out, nil
+	}
+	jobs, err := m.store.JobLeaseHeartbeat(ctx, jobIDs, inRows, now.Add(m.cfg.TTL), now)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*store.Job, len(jobs))
+	for i := range jobs {
+		byID[jobs[i].ID] = &jobs[i]
+	}
+	for i, t := range inRows {
+		job := byID[jobIDs[i]]
+		if job == nil {
+			continue // unknown
+		}
+		l, ok := JobLease(job, "", m.cfg.TTL)
+		switch {
+		case !ok || l.Token != t:
+			status, err := EndedJobLease(ctx, m.store, job.ID, t)
+			if err != nil {
+				return nil, err
+			}
+			l = store.Lease{Token: t, JobID: job.ID, Mode: store.LeaseCPU, Status: status}
+		case !l.ExpiresAt.After(now):
+			l.Status = store.LeaseExpired
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // logGone says which leases a renewal found gone. Released ones are routine under load: a

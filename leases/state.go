@@ -89,24 +89,25 @@ type Change struct {
 
 // TransitionMany is Transition for distinct leases at once: every move is validated, then all
 // are applied with one batch of compare-and-sets (a lease that moved on fails the whole batch
-// with store.ErrConflict), and the audit events come back in order.
+// with store.ErrConflict), and the audit events come back in order. A lease held in a job row
+// (InJobRow) is not written: its job's transition in the same transaction, which ends the
+// attempt, clears the token from the row, and that ends it.
 func TransitionMany(ctx context.Context, tx store.Executor, changes []Change, now time.Time, actor string) ([]store.AuditEvent, error) {
 	if len(changes) == 0 {
 		return nil, nil
 	}
-	us := make([]store.LeaseStatusUpdate, len(changes))
-	for i, c := range changes {
+	us := make([]store.LeaseStatusUpdate, 0, len(changes))
+	for _, c := range changes {
 		from := c.Lease.Status
 		if !CanTransition(from, c.To) {
 			return nil, fmt.Errorf("%w: lease %s %s -> %s", ErrIllegalTransition, c.Lease.Token, from, c.To)
 		}
-		us[i] = store.LeaseStatusUpdate{Token: c.Lease.Token, From: from, To: c.To, Now: now}
-	}
-	if err := tx.LeaseSetStatusMany(ctx, us); err != nil {
-		if len(us) == 1 {
-			return nil, fmt.Errorf("lease %s %s -> %s: %w", us[0].Token, us[0].From, us[0].To, err)
+		if !InJobRow(c.Lease.Token) {
+			us = append(us, store.LeaseStatusUpdate{Token: c.Lease.Token, From: from, To: c.To, Now: now})
 		}
-		return nil, fmt.Errorf("move %d leases: %w", len(us), err)
+	}
+	if err := setStatuses(ctx, tx, us); err != nil {
+		return nil, err
 	}
 	events := make([]store.AuditEvent, len(changes))
 	for i, c := range changes {
@@ -116,6 +117,20 @@ func TransitionMany(ctx context.Context, tx store.Executor, changes []Change, no
 		events[i] = auditEvent(*c.Lease, eventOf(c.To), now, actor, c.Details)
 	}
 	return events, nil
+}
+
+// setStatuses applies the compare-and-sets us, if any.
+func setStatuses(ctx context.Context, tx store.Executor, us []store.LeaseStatusUpdate) error {
+	if len(us) == 0 {
+		return nil
+	}
+	if err := tx.LeaseSetStatusMany(ctx, us); err != nil {
+		if len(us) == 1 {
+			return fmt.Errorf("lease %s %s -> %s: %w", us[0].Token, us[0].From, us[0].To, err)
+		}
+		return fmt.Errorf("move %d leases: %w", len(us), err)
+	}
+	return nil
 }
 
 // GrantedEvent is the audit event of a new lease an agent took. A job's lease has none: the

@@ -166,7 +166,22 @@ type LeaseExecutor interface {
 	// LeaseListExpired returns active leases whose expires_at is at or before now, oldest
 	// expiry first.
 	LeaseListExpired(ctx context.Context, now time.Time, limit int) ([]Lease, error)
+
+	// The leases jobs without a GPU hold in their own rows (leases.NewJobToken): token
+	// lease_token, expiry lease_expires_at.
+
+	// JobLeaseHeartbeat sets the expiry of the leases among tokens held in the rows of the
+	// jobs among ids to until, where the job is claimed or running, holds that token and its
+	// expiry is after now (a heartbeat never resurrects a lease). It returns the jobs among
+	// ids after the update, without payloads, so the caller tells renewed from gone.
+	JobLeaseHeartbeat(ctx context.Context, ids, tokens []string, until, now time.Time) ([]Job, error)
+	// JobLeasesExpired returns up to limit claimed or running jobs, without payloads, whose
+	// lease in their row expired at or before now, oldest expiry first.
+	JobLeasesExpired(ctx context.Context, now time.Time, limit int) ([]Job, error)
 }
+
+// JobLeaseTokenPrefix starts the tokens of the leases held in job rows (leases.NewJobToken).
+const JobLeaseTokenPrefix = "lj_"
 
 // GPUExecutor is the operations on gpu_devices.
 type GPUExecutor interface {

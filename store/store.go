@@ -126,6 +126,11 @@ type Job struct {
 	UpdatedAt       time.Time
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
+	// LeaseExpiresAt is the expiry of the lease a job without a GPU holds in its own row
+	// (LeaseToken a leases.NewJobToken token): renewed by its worker's heartbeats, rescued by
+	// the lease purger once past. nil when the job never held one; stale once LeaseToken is
+	// cleared.
+	LeaseExpiresAt *time.Time
 }
 
 // JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
@@ -232,7 +237,9 @@ type JobUpdate struct {
 	LastError  *string
 	StartedAt  *time.Time // a pointer to the zero time clears it (NULL), e.g. for a retry
 	FinishedAt *time.Time // likewise
-	Now        time.Time  // updated_at
+	// LeaseExpiresAt sets the expiry of the lease the job holds in its row (Job.LeaseExpiresAt).
+	LeaseExpiresAt *time.Time
+	Now            time.Time // updated_at
 }
 
 // JobEnqueued records that a job was published for a given attempt count. The mark applies only

@@ -23,6 +23,7 @@ func testLeases(t *testing.T, parent *bundle) {
 		{"GPUSnapshotAndCapacity", testGPUSnapshotAndCapacity},
 		{"MultiGPULease", testMultiGPULease},
 		{"Holdings", testLeaseHoldings},
+		{"InJobRows", testJobLeases},
 	})
 }
 
@@ -339,4 +340,78 @@ func testLeaseHoldings(t *testing.T, b *bundle) {
 	none, err := b.s.LeaseHoldings(ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, none)
+}
+
+// testJobLeases checks the leases held in job rows: the claim writes the token and expiry with
+// the job's update, a heartbeat extends only a live, unexpired lease whose token the job holds,
+// and the expired ones are listed until their job's token is cleared.
+func testJobLeases(t *testing.T, b *bundle) {
+	ctx := t.Context()
+	token := func(id string) string { return store.JobLeaseTokenPrefix + strings.Repeat("ab", 16) + "_" + id }
+	claim := func(name string) (store.Job, string) {
+		j := b.insert(t, name)
+		tok, one, worker := token(j.ID), 1, "w-"+b.prefix
+		expires := b.now.Add(time.Minute)
+		require.NoError(t, b.s.JobUpdate(ctx, store.JobUpdate{ID: j.ID, From: store.JobPending, To: store.JobClaimed,
+			Attempts: &one, WorkerID: &worker, LeaseToken: &tok, LeaseExpiresAt: &expires, Now: b.now}))
+		got, err := b.s.JobGet(ctx, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, tok, got.LeaseToken)
+		require.NotNil(t, got.LeaseExpiresAt)
+		require.True(t, got.LeaseExpiresAt.Equal(expires.Truncate(time.Microsecond)))
+		return got, tok
+	}
+	live, liveTok := claim("live")
+	quiet, quietTok := claim("quiet")
+	expiry := func(id string) time.Time {
+		j, err := b.s.JobGet(ctx, id)
+		require.NoError(t, err)
+		return *j.LeaseExpiresAt
+	}
+
+	// Renewed at +30 s: the live one, with its token; a wrong token renews nothing.
+	until := b.now.Add(2 * time.Minute).Truncate(time.Microsecond)
+	jobs, err := b.s.JobLeaseHeartbeat(ctx, []string{live.ID, quiet.ID}, []string{liveTok, token(quiet.ID) + "x"},
+		until, b.now.Add(30*time.Second))
+	require.NoError(t, err)
+	require.Len(t, jobs, 2, "every job asked for comes back")
+	require.True(t, expiry(live.ID).Equal(until))
+	require.True(t, expiry(quiet.ID).Before(until))
+
+	// Past its expiry, a lease is never renewed again, and it is listed as expired.
+	late := b.now.Add(90 * time.Second)
+	_, err = b.s.JobLeaseHeartbeat(ctx, []string{quiet.ID}, []string{quietTok}, late.Add(time.Minute), late)
+	require.NoError(t, err)
+	require.True(t, expiry(quiet.ID).Before(late))
+	expired := func(now time.Time) []string {
+		jobs, err := b.s.JobLeasesExpired(ctx, now, 10000)
+		require.NoError(t, err)
+		var ids []string
+		for _, j := range jobs {
+			if strings.HasPrefix(j.ID, b.prefix) {
+				ids = append(ids, j.ID)
+			}
+		}
+		return ids
+	}
+	require.Equal(t, []string{quiet.ID}, expired(late))
+	require.Equal(t, []string{quiet.ID, live.ID}, expired(b.now.Add(3*time.Minute)), "oldest expiry first")
+
+	// Counted per node through the worker's row (none registered here: node "").
+	counts, err := b.s.LeaseJobsPerNode(ctx)
+	require.NoError(t, err)
+	n := 0
+	for _, c := range counts {
+		if c.Agent == b.agent() {
+			require.Equal(t, "w-"+b.prefix, c.Worker)
+			n += c.Jobs
+		}
+	}
+	require.Equal(t, 2, n)
+
+	// The attempt ends: its token is cleared with the job's transition, and the lease is gone.
+	empty := ""
+	require.NoError(t, b.s.JobUpdate(ctx, store.JobUpdate{ID: quiet.ID, From: store.JobClaimed, To: store.JobPending,
+		LeaseToken: &empty, WorkerID: &empty, Now: late}))
+	require.Equal(t, []string{live.ID}, expired(b.now.Add(3*time.Minute)))
 }

@@ -83,7 +83,8 @@ func (e Executor) LeaseExpiredNodes(ctx context.Context, jobIDs []string) (map[s
 
 // LeaseJobsPerNode counts the jobs with an active lease, per type, agent, node, and claiming
 // worker (a job claimed, or further) or placement target (a pending job placed): the active
-// leases (idx_leases_status_expires; as many as jobs run and are placed) joined to their jobs.
+// leases (idx_leases_status_expires; as many as jobs run and are placed) joined to their jobs,
+// and the jobs that hold a lease in their row, on their worker's node (liveJobLease).
 func (e Executor) LeaseJobsPerNode(ctx context.Context) ([]store.NodeJobCount, error) {
 	out, err := query(ctx, e.d, e.r, func(row Scanner) (store.NodeJobCount, error) {
 		var c store.NodeJobCount
@@ -98,7 +99,12 @@ func (e Executor) LeaseJobsPerNode(ctx context.Context) ([]store.NodeJobCount, e
 	}, `SELECT j.type, j.agent, l.node_id, j.status, j.worker_id, j.placed_node, COUNT(*) FROM orchestrator_leases l
 		JOIN orchestrator_jobs j ON j.job_id = l.job_id
 		WHERE l.status = ? AND l.job_id IS NOT NULL
-		GROUP BY j.type, j.agent, l.node_id, j.status, j.worker_id, j.placed_node`, string(store.LeaseActive))
+		GROUP BY j.type, j.agent, l.node_id, j.status, j.worker_id, j.placed_node
+		UNION ALL
+		SELECT j.type, j.agent, COALESCE(w.node_id, ''), j.status, j.worker_id, j.placed_node, COUNT(*)
+		FROM orchestrator_jobs j LEFT JOIN workers w ON w.worker_id = j.worker_id
+		WHERE `+liveJobLeaseOf("j.")+`
+		GROUP BY j.type, j.agent, w.node_id, j.status, j.worker_id, j.placed_node`, string(store.LeaseActive))
 	if err != nil {
 		return nil, fmt.Errorf("count jobs per node: %w", err)
 	}
@@ -207,8 +213,9 @@ func (e Executor) LeaseListExpired(ctx context.Context, now time.Time, limit int
 	return leases, nil
 }
 
-// LeaseCountActive counts the active leases of each mode (store.StatsReader); it reads index
-// idx_leases_status_expires only.
+// LeaseCountActive counts the active leases of each mode (store.StatsReader): those of
+// orchestrator_leases (index idx_leases_status_expires only) and, as cpu leases, those held in
+// the rows of claimed and running jobs (liveJobLease).
 func (e Executor) LeaseCountActive(ctx context.Context) (map[store.LeaseMode]int64, error) {
 	rows, err := e.r.QueryContext(ctx,
 		"SELECT mode, COUNT(*) FROM orchestrator_leases WHERE status = ? GROUP BY mode", string(store.LeaseActive))
@@ -229,6 +236,13 @@ func (e Executor) LeaseCountActive(ctx context.Context) (map[store.LeaseMode]int
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("count active leases: %w", e.d.MapErr(err))
+	}
+	inRows, err := QueryColumn[int64](ctx, e.d, e.r, "SELECT COUNT(*) FROM orchestrator_jobs WHERE "+liveJobLease)
+	if err != nil {
+		return nil, fmt.Errorf("count active leases in job rows: %w", err)
+	}
+	if len(inRows) == 1 && inRows[0] > 0 {
+		out[store.LeaseCPU] += inRows[0]
 	}
 	return out, nil
 }

@@ -124,6 +124,9 @@ func JobSet(u store.JobUpdate, enc Encoding) []Assign {
 	if u.FinishedAt != nil {
 		add("finished_at", enc.nullTime(*u.FinishedAt))
 	}
+	if u.LeaseExpiresAt != nil {
+		add("lease_expires_at", enc.nullTime(*u.LeaseExpiresAt))
+	}
 	return set
 }
 
