@@ -86,7 +86,9 @@ CREATE TABLE schedule_fires (
     created_at  DATETIME(6)  NOT NULL,
     fired_at    DATETIME(6)  NULL,
     PRIMARY KEY (schedule_id, fire_time),
-    -- the firer: queued and running fires; retention: ended and skipped ones by age
-    KEY idx_schedule_fires_state (state, fire_time),
+    -- the firer: the queued and running fires of a schedule, or of all
+    KEY idx_schedule_fires_open (state, schedule_id),
+    -- retention: ended and skipped fires by age
+    KEY idx_schedule_fires_age (state, fire_time),
     CONSTRAINT chk_schedule_fires_state CHECK (state IN ('queued', 'running', 'ended', 'skipped'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -37,4 +37,5 @@ CREATE TABLE schedule_fires (
     PRIMARY KEY (schedule_id, fire_time)
 ) STRICT;
 
-CREATE INDEX idx_schedule_fires_state ON schedule_fires (state, fire_time);
+CREATE INDEX idx_schedule_fires_open ON schedule_fires (state, schedule_id);
+CREATE INDEX idx_schedule_fires_age ON schedule_fires (state, fire_time);
