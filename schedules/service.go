@@ -276,7 +276,7 @@ func (s *Service) List(ctx context.Context, agent, after string, limit int) ([]V
 
 // Trigger fires the schedule now, whatever its rules and even while it is paused: an
 // operator's explicit request. Its fire time is now (with its microseconds, so never a cron
-// fire time) and it counts as the schedule's last fire. A template the engine refuses now
+// fire time), returned in the schedule's zone, and it counts as the schedule's last fire. A template the engine refuses now
 // (its type was removed, say) is the answer's error.
 func (s *Service) Trigger(ctx context.Context, id, actor string) (Fired, error) {
 	var fired Fired
@@ -304,6 +304,9 @@ func (s *Service) Trigger(ctx context.Context, id, actor string) (Fired, error) 
 			return err
 		}
 		fired = f.out.Fired[0]
+		if loc, err := ParseTimezone(cur.Timezone); err == nil {
+			fired.FireTime = fired.FireTime.In(loc)
+		}
 		return f.finish()
 	})
 	if err != nil {
