@@ -310,5 +310,8 @@ func scheduleToWire(v schedules.View) wire.Schedule {
 		out.LastFire = &wire.ScheduleFire{ScheduleID: v.ID, FireTime: v.LastFireAt.In(loc).Format(time.RFC3339Nano),
 			JobID: v.LastJobID, JobStatus: v.LastJobStatus}
 	}
+	if k := v.LastSkip; k != nil {
+		out.LastSkip = &wire.ScheduleSkip{FireTime: k.FireTime.In(loc).Format(time.RFC3339Nano), Reason: k.Reason}
+	}
 	return out
 }

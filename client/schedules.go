@@ -19,6 +19,8 @@ type (
 	ScheduleRequest = wire.ScheduleRequest
 	// ScheduleFire is wire.ScheduleFire.
 	ScheduleFire = wire.ScheduleFire
+	// ScheduleSkip is wire.ScheduleSkip.
+	ScheduleSkip = wire.ScheduleSkip
 	// ScheduleList is wire.ScheduleList.
 	ScheduleList = wire.ScheduleList
 )

@@ -185,6 +185,11 @@ func TestFirerOverlapSkip(t *testing.T) {
 		require.Equal(t, "2026-05-04T10:00:20Z", skipped[0]["fire_time"])
 		require.Equal(t, "overlap", skipped[0]["reason"])
 		require.Empty(t, skipped[0]["row_job_id"])
+		v, err := b.svc.Get(context.Background(), "overlap")
+		require.NoError(t, err)
+		require.Equal(t, schedules.SkipOverlap, v.LastSkip.Reason)
+		require.Equal(t, at(20*time.Second), v.LastSkip.FireTime)
+		require.Equal(t, 1, v.Running)
 
 		b.end(t, schedules.JobID("overlap", at(10*time.Second)), store.JobDone)
 		b.clock.Set(at(30 * time.Second))

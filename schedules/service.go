@@ -61,6 +61,9 @@ type View struct {
 	// Running and Queued count its fires whose jobs are not known to have ended, and those
 	// queued (filled by Get only).
 	Running, Queued int
+	// LastSkip is its latest skipped fire (Get only; nil when none is kept). Missed fire times
+	// that catch_up dropped have no fire row: the audit trail and the skips metric count them.
+	LastSkip *store.ScheduleFire
 }
 
 // Service manages schedules. It is safe for concurrent use.
@@ -336,6 +339,14 @@ func (s *Service) view(ctx context.Context, r store.Schedule, counts bool) (View
 			return View{}, err
 		}
 		v.Running, v.Queued = n[store.FireRunning], n[store.FireQueued]
+		skips, err := s.st.ScheduleFireList(ctx, store.ScheduleFireListParams{ScheduleID: r.ID, State: store.FireSkipped,
+			Newest: true, Limit: 1})
+		if err != nil {
+			return View{}, err
+		}
+		if len(skips) == 1 {
+			v.LastSkip = &skips[0]
+		}
 	}
 	return v, nil
 }

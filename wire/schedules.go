@@ -71,6 +71,10 @@ type Schedule struct {
 	NextRuns []string `json:"next_runs"`
 	// LastFire is the latest fire that made a job (absent before the first).
 	LastFire *ScheduleFire `json:"last_fire,omitempty"`
+	// LastSkip is the latest fire time skipped on its own (overlap, queue_full,
+	// previous_running, previous_failed, invalid_job; GET /schedules/{id} only). Missed fire
+	// times that catch_up dropped are counted in the audit trail (schedule.skipped) instead.
+	LastSkip *ScheduleSkip `json:"last_skip,omitempty"`
 	// Running counts the fires whose jobs are not known to have ended yet, Queued the fires
 	// waiting for one of them to end (GET /schedules/{id} only).
 	Running   int       `json:"running"`
@@ -88,6 +92,13 @@ type ScheduleFire struct {
 	JobID    string `json:"job_id"`
 	// JobStatus is the job's status ("gone" once it was deleted).
 	JobStatus string `json:"job_status"`
+}
+
+// ScheduleSkip is a fire time of a schedule that made no job, and why.
+type ScheduleSkip struct {
+	// FireTime is RFC 3339 in the schedule's timezone.
+	FireTime string `json:"fire_time"`
+	Reason   string `json:"reason"`
 }
 
 // ScheduleList is the answer of GET /schedules: a page by id; NextAfter, when set, is the

@@ -121,8 +121,9 @@ func newSchedulesGetCmd(g *globals) *cobra.Command {
 		Use:   "get SCHEDULE",
 		Short: "Show one schedule: its rules, job, next runs and last fire",
 		Long: `Show one schedule (GET /schedules/{id}): its cron and zone, its rules, its job template, its
-next 5 fire times (in its zone), its last fire and the status of that fire's job, and how many
-of its jobs are unfinished (RUNNING) and how many fires wait for one to end (QUEUED).
+next 5 fire times (in its zone), its last fire and the status of that fire's job, its last
+skipped fire and why (overlap, queue_full, previous_running, previous_failed, invalid_job), and
+how many of its jobs are unfinished (RUNNING) and how many fires wait for one to end (QUEUED).
 
 With -o json the one document is the schedule.`,
 		Args:              usageArgs(cobra.ExactArgs(1)),
@@ -150,6 +151,10 @@ func (g *globals) printSchedule(cmd *cobra.Command, s client.Schedule) error {
 	if f := s.LastFire; f != nil {
 		last = f.FireTime + "  " + f.JobID + " (" + f.JobStatus + ")"
 	}
+	skip := "-"
+	if k := s.LastSkip; k != nil {
+		skip = k.FireTime + "  " + k.Reason
+	}
 	res := "-"
 	if r := s.Job.Resources; r != nil {
 		res = fmt.Sprintf("gpu_memory_mb=%d gpus=%d exclusive=%t", r.GPUMemoryMB, r.GPUs, r.Exclusive)
@@ -172,6 +177,7 @@ func (g *globals) printSchedule(cmd *cobra.Command, s client.Schedule) error {
 		{"RUNNING", strconv.Itoa(s.Running)},
 		{"QUEUED", strconv.Itoa(s.Queued)},
 		{"LAST FIRE", last},
+		{"LAST SKIP", skip},
 		{"NEXT RUNS", orDash(strings.Join(s.NextRuns, ", "))},
 		{"CREATED", fmtTime(s.CreatedAt, g.now()) + " by " + orDash(s.CreatedBy)},
 	} {
