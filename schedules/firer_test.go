@@ -127,7 +127,7 @@ func TestFirerCatchUp(t *testing.T) {
 			{schedules.CatchUpAll, 100, []time.Time{minute(1), minute(2), minute(3), minute(4), minute(5), minute(6), minute(7),
 				minute(8), minute(9), minute(10)}, nil},
 		}
-		idOf := func(catchUp string, max int) string { return fmt.Sprintf("catchup-%s-%d", catchUp, max) }
+		idOf := func(catchUp string, limit int) string { return fmt.Sprintf("catchup-%s-%d", catchUp, limit) }
 		for _, tc := range cases {
 			sp := spec(idOf(tc.catchUp, tc.max), "* * * * *")
 			sp.CatchUp, sp.CatchUpMax = tc.catchUp, tc.max
