@@ -455,3 +455,25 @@ func TestFirersRace(t *testing.T) {
 		require.Len(t, b.audit(t, schedules.EventFired, "race"), 30)
 	})
 }
+
+// TestFirerLoop: started, the firer wakes at each fire time by itself (on the real clock);
+// Stop is idempotent and safe before Start.
+func TestFirerLoop(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		f := schedules.NewFirer(b.st, b.eng, schedules.FirerConfig{Interval: 200 * time.Millisecond, Clock: time.Now})
+		f.Stop() // before Start: nothing to stop
+		b.clock.Set(time.Now())
+		b.create(t, spec("loop", "@every 1s"))
+		require.NoError(t, f.Start(context.Background()))
+		defer f.Stop()
+		require.Eventually(t, func() bool { // no require in here: it runs on a goroutine of its own
+			fs, err := b.st.ScheduleFireList(context.Background(), store.ScheduleFireListParams{ScheduleID: "loop"})
+			return err == nil && len(fs) >= 2
+		}, 20*time.Second, 20*time.Millisecond)
+		f.Stop()
+		f.Stop()
+		fs := b.firedAt(t, "loop")
+		require.Equal(t, time.Second, fs[1].Sub(fs[0]), "one second of fire time apart")
+	})
+}
