@@ -11,9 +11,6 @@ import (
 // be inserted in a transaction of the caller's (SubmitTx).
 type Prepared struct{ r *submitReq }
 
-// Params are the prepared submit's parameters, defaults filled in (its job id too).
-func (p *Prepared) Params() SubmitParams { return p.r.p }
-
 // PrepareSubmit validates p exactly as Submit does (the type, the agent, the payload, the
 // resources the cluster could ever place, the route) and returns it ready for SubmitTx: the
 // caller makes the job with rows of its own, in one transaction. Errors are Submit's: a
