@@ -28,6 +28,7 @@ import (
 	"github.com/gpuorch/orchestrator/metrics"
 	"github.com/gpuorch/orchestrator/nodes"
 	"github.com/gpuorch/orchestrator/pools"
+	"github.com/gpuorch/orchestrator/schedules"
 	"github.com/gpuorch/orchestrator/store"
 )
 
@@ -71,6 +72,9 @@ type Options struct {
 	// Nodes serves the node registry (nil: one over Store and Leases when Store is a whole
 	// store.Store, as the process wiring and the test servers pass; else /nodes answers 503).
 	Nodes *nodes.Service
+	// Schedules manages the schedules (nil: one over Store, Engine and Config when Store is a
+	// whole store.Store; else /schedules answers 503).
+	Schedules *schedules.Service
 	// Ready overrides the readiness checks of /readyz: it returns one entry per dependency, nil
 	// when that dependency is fine. Default: database ping, applied migrations, Redis ping.
 	Ready func(ctx context.Context) map[string]error
@@ -112,7 +116,8 @@ type Server struct {
 	requests  *Metrics // registered on metrics
 	admission *admission.Controller
 	pools     *pools.Service
-	nodes     *nodes.Service // nil without a store.Store (nodesOf)
+	nodes     *nodes.Service     // nil without a store.Store (nodesOf)
+	schedules *schedules.Service // nil without a store.Store (schedulesOf)
 	handler   *gin.Engine
 	feeds     feedCounter // the open event streams per token (events.go)
 	// batchSlots holds a token per large POST /jobs/submit_batch being read or worked on
@@ -150,6 +155,7 @@ func New(opts Options) *Server {
 	s.admission = opts.Admission
 	s.pools = opts.Pools
 	s.nodes = nodesOf(opts)
+	s.schedules = schedulesOf(opts)
 	slots := config.SubmitBatchConcurrencyDefault
 	if s.cfg != nil && s.cfg.SubmitBatchConcurrency > 0 {
 		slots = s.cfg.SubmitBatchConcurrency
@@ -220,6 +226,7 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/control/admission", s.requireRole(RoleAdmin), s.getAdmission)
 	r.PUT("/control/admission", s.requireRole(RoleAdmin), s.putAdmission)
 	r.DELETE("/control/admission/:agent", s.requireRole(RoleAdmin), s.deleteAdmission)
+	s.scheduleRoutes(r)
 
 	admins := s.requireRole(RoleAdmin)
 	r.POST("/workers/pool", admins, s.poolsEnabled, s.createPool)

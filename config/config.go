@@ -163,6 +163,8 @@ type Config struct {
 	Scheduler Scheduler `yaml:"scheduler"`
 	// Admission configures admission control: token buckets and gates (config/admission.go).
 	Admission Admission `yaml:"admission"`
+	// Schedules configures the leader's schedule firer (config/schedules.go).
+	Schedules Schedules `yaml:"schedules"`
 	// Pools configures worker pools, the worker registry and the local provisioner (config/pools.go).
 	Pools Pools `yaml:"pools"`
 	// Security holds the stream cap and the metrics token (config/security.go): top-level keys.
@@ -369,6 +371,9 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	if err := c.applyAdmissionEnv(getenv); err != nil {
 		return err
 	}
+	if err := c.Schedules.applyEnv(getenv); err != nil {
+		return err
+	}
 	if err := c.applySecurityEnv(getenv); err != nil {
 		return err
 	}
@@ -473,6 +478,7 @@ func (c *Config) fillDefaults() {
 	c.Telemetry.PollInterval = cmp.Or(c.Telemetry.PollInterval, TelemetryPollIntervalDefault)
 	c.Scheduler.fillDefaults()
 	c.Admission.fillDefaults()
+	c.Schedules.fillDefaults()
 	c.Security.fillDefaults()
 	c.fillPools()
 	w := &c.Worker

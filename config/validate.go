@@ -18,6 +18,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateWorker()...)
 	errs = append(errs, c.validateLeases()...)
 	errs = append(errs, c.Scheduler.validate()...)
+	errs = append(errs, c.Schedules.validate()...)
 	errs = append(errs, c.validateAdmission()...)
 	errs = append(errs, c.validatePools()...)
 	errs = append(errs, c.Security.validate()...)

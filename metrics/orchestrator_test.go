@@ -19,7 +19,8 @@ func TestOrchestratorExportsEveryRequiredFamily(t *testing.T) {
 	for _, name := range []string{"gpu_orchestrator_workers", "gpu_orchestrator_worker_pool_desired_workers",
 		"gpu_orchestrator_gpu_telemetry_age_seconds", "gpu_orchestrator_collector_errors_total", "go_goroutines",
 		"gpu_orchestrator_scheduler_placements_total", "gpu_orchestrator_scheduler_waiting_jobs",
-		"gpu_orchestrator_scheduler_failed_passes_total"} {
+		"gpu_orchestrator_scheduler_failed_passes_total", "gpu_orchestrator_schedule_skips_total",
+		"gpu_orchestrator_schedule_fire_lag_seconds", "gpu_orchestrator_schedule_failed_passes_total"} {
 		require.True(t, names[name], "%s is exported", name)
 	}
 	fams := metricstest.Gather(t, b.Metrics)

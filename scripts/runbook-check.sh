@@ -359,6 +359,30 @@ expect 0 dlq list --type flaky
 has "$ERR" "no dead letters"
 ok "dlq replay --all --wait: exit 0, every job done, the queue empty"
 
+# ---- 10. A schedule skips, or stopped firing ----------------------------------------------
+step "10. a schedule skips, or stopped firing"
+expect 0 schedules create rb-tick --cron "@every 1s" --type sleep --agent ops --payload '{"ms": 2500}' --max-concurrent 1
+until_ok 30 "rb-tick skips an overlap" q '.last_skip.reason == "overlap"' schedules get rb-tick
+expect 0 schedules get rb-tick
+has "$OUT" "LAST SKIP .* overlap"
+has "$OUT" "RUNNING *1"
+ok "schedules get: LAST SKIP overlap while a 2.5 s job runs every second"
+expect 0 schedules pause rb-tick
+has "$OUT" "STATE *paused"
+expect 0 jobs wait "$(val .last_fire.job_id schedules get rb-tick)" --wait-timeout 60s --poll 200ms
+expect 0 schedules trigger rb-tick
+trig=$(awk 'NR == 2 {print $3}' <<<"$OUT")
+[[ $trig == sch-rb-tick-t* ]] || fail "schedules trigger printed no job: $OUT"
+expect 0 jobs wait "$trig" --wait-timeout 60s --poll 200ms
+ok "schedules pause: exit 0, paused; trigger: exit 0, its job $trig finished"
+fired=$(sql "SELECT COUNT(*) FROM \`$DB\`.schedule_fires WHERE schedule_id = 'rb-tick' AND state IN ('running', 'ended')")
+made=$(sql "SELECT COUNT(*) FROM \`$DB\`.orchestrator_jobs WHERE job_id LIKE 'sch-rb-tick-%'")
+skips=$(sql "SELECT COUNT(*) FROM \`$DB\`.orchestrator_audit WHERE event_type = 'schedule.skipped'")
+[ "$fired" = "$made" ] && [ "$fired" -ge 2 ] || fail "$fired fires made $made jobs"
+[ "$skips" -ge 1 ] || fail "the skips are not audited"
+expect 0 schedules delete rb-tick
+ok "one job per fire ($fired), $skips skips audited; schedules delete: exit 0"
+
 # ---- 2. Drain the cluster for maintenance ------------------------------------------------
 step "2. drain the cluster for maintenance"
 oc -o json pools list >"$WORK/pools-before.json"

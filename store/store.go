@@ -283,6 +283,7 @@ type Executor interface {
 	AdmissionExecutor
 	PoolExecutor
 	NodeExecutor
+	ScheduleExecutor
 }
 
 // JobExecutor is the operations on orchestrator_jobs.

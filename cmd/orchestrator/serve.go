@@ -194,7 +194,12 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, st, eng, sc, rm, log, pw.leaderLoop, schedulerLoop(cfg, eng, waker, sm, log))))
+	firer, err := schedulesLoop(cfg, st, eng, om, log)
+	if err != nil {
+		return nil, err
+	}
+	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, st, eng, sc, rm, log, pw.leaderLoop,
+		schedulerLoop(cfg, eng, waker, sm, log), firer)))
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/scheduler"
+	"github.com/gpuorch/orchestrator/schedules"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
@@ -95,6 +96,7 @@ func New(t testing.TB) *Bundle {
 		leases.NewCollector(reg, counter, lm, leases.DefaultRequirementMB(cfg)),
 		pools.NewCollector(reg, st),
 		leader.NewCollector(Leader{Leading: true, TermV: 1}),
+		schedules.NewMetrics(),
 	} {
 		require.NoError(t, reg.Register(c))
 	}

@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Admission", testAdmission},
 		{"Pools", testPools},
 		{"Nodes", testNodes},
+		{"Schedules", testSchedules},
 		{"Constraints", testConstraints},
 	}
 	runAll(t, s, tests)
