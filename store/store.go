@@ -126,6 +126,10 @@ type Job struct {
 	UpdatedAt       time.Time
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
+
+	// CallbackURL is where the job's terminal event (done, dead_letter, cancelled) is POSTed;
+	// "" for none (docs/architecture.md, "Webhooks").
+	CallbackURL string
 }
 
 // JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
@@ -146,6 +150,9 @@ type JobInsertParams struct {
 	ModelID      string
 	Timeout      time.Duration
 	Now          time.Time
+
+	// CallbackURL is the job's callback ("" for none).
+	CallbackURL string
 }
 
 // GPUCount is how many GPUs j needs: 0 for a CPU job, and at least one for a GPU job (rows
@@ -276,6 +283,7 @@ type Executor interface {
 	AdmissionExecutor
 	PoolExecutor
 	NodeExecutor
+	WebhookExecutor
 }
 
 // JobExecutor is the operations on orchestrator_jobs.

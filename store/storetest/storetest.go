@@ -64,6 +64,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Pools", testPools},
 		{"Nodes", testNodes},
 		{"Constraints", testConstraints},
+		{"Webhooks", testWebhooks},
 	}
 	runAll(t, s, tests)
 }
