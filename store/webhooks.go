@@ -47,6 +47,9 @@ type WebhookSubscription struct {
 // WebhookState is the delivery state of a subscription, written as a whole by
 // WebhookSetState.
 type WebhookState struct {
+	// From, when set, guards the write: it applies only while the row's status is still From
+	// (ErrNotFound otherwise).
+	From                WebhookStatus
 	Status              WebhookStatus
 	ConsecutiveFailures int
 	RetryAt             time.Time // zero: none
@@ -167,7 +170,7 @@ type WebhookExecutor interface {
 	// when it does not exist.
 	WebhookDelete(ctx context.Context, id string) error
 	// WebhookSetState writes a subscription's delivery state; ErrNotFound when it does not
-	// exist.
+	// exist, or its status is no longer s.From.
 	WebhookSetState(ctx context.Context, id string, s WebhookState) error
 
 	// WebhookCursorGet reads the tail's cursor.

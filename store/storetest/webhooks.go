@@ -106,6 +106,12 @@ func testWebhookSubscriptions(t *testing.T, b *bundle) {
 	requireTimePtr(t, &off, got.DisabledAt)
 	require.ErrorIs(t, b.s.WebhookSetState(ctx, b.prefix+"missing", store.WebhookState{Status: store.WebhookActive, Now: off}),
 		store.ErrNotFound)
+	// A write guarded by a status the row no longer has changes nothing.
+	require.ErrorIs(t, b.s.WebhookSetState(ctx, s.ID, store.WebhookState{From: store.WebhookDisabled, Status: store.WebhookActive,
+		ConsecutiveFailures: 9, Now: off}), store.ErrNotFound)
+	got, err = b.s.WebhookGet(ctx, s.ID)
+	require.NoError(t, err)
+	require.Zero(t, got.ConsecutiveFailures)
 
 	// Deleting a subscription deletes its deliveries and their attempts.
 	later := b.now.AddDate(1, 0, 0) // never due for the other subtests

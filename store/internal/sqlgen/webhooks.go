@@ -92,7 +92,11 @@ func (e Executor) WebhookSetState(ctx context.Context, id string, s store.Webhoo
 		q += ", disabled_reason = ?, disabled_at = ?"
 		args = append(args, TruncateUTF8(s.DisabledReason, webhookReasonMax), e.d.Time(*s.DisabledAt))
 	}
-	return e.execFound(ctx, what, q+" WHERE id = ?", append(args, id)...)
+	q, args = q+" WHERE id = ?", append(args, id)
+	if s.From != "" {
+		q, args = q+" AND status = ?", append(args, string(s.From))
+	}
+	return e.execFound(ctx, what, q, args...)
 }
 
 // scanWebhook reads a row of webhookColumns.
