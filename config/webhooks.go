@@ -68,7 +68,9 @@ type Webhooks struct {
 	// before each attempt of a job of the type starts; 2xx lets it run, 4xx fails it for good,
 	// anything else retries it.
 	PreRun map[string]string `yaml:"pre_run"`
-	// PreRunSecret signs the pre-run calls (ORCH_WEBHOOKS_PRE_RUN_SECRET); needed with PreRun.
+	// PreRunSecret signs the pre-run calls (ORCH_WEBHOOKS_PRE_RUN_SECRET). The orchestrator
+	// refuses to start with PreRun and without it (RequirePreRunSecret); a worker, which reads
+	// PreRun to know which types ask, needs no secret.
 	PreRunSecret string `yaml:"pre_run_secret"`
 	// PreRunTimeout bounds one pre-run call; a call that times out retries the job.
 	PreRunTimeout time.Duration `yaml:"pre_run_timeout"`
@@ -196,9 +198,6 @@ func (c *Config) validateWebhooks() []error {
 			bad("pre_run.%s: the URL %s", typ, err)
 		}
 	}
-	if len(w.PreRun) > 0 && w.PreRunSecret == "" {
-		bad("pre_run_secret is required with pre_run hooks: the hooks must be able to tell the orchestrator's calls from others")
-	}
 	for _, r := range []struct {
 		key      string
 		v, lo, h int
@@ -229,4 +228,15 @@ func (c *Config) validateWebhooks() []error {
 		bad("backoff: multiplier must be at least 1 and jitter in 0..1")
 	}
 	return errs
+}
+
+// RequirePreRunSecret is the orchestrator's check of the pre-run hooks: they need
+// pre_run_secret, so that a hook can tell the orchestrator's calls from anyone's. Workers
+// load the same section without it.
+func (w Webhooks) RequirePreRunSecret() error {
+	if len(w.PreRun) > 0 && w.PreRunSecret == "" {
+		return fmt.Errorf("config: webhooks.pre_run_secret is required with webhooks.pre_run hooks: the hooks must be " +
+			"able to tell the orchestrator's calls from others (ORCH_WEBHOOKS_PRE_RUN_SECRET)")
+	}
+	return nil
 }

@@ -53,13 +53,19 @@ webhooks:
 	require.NoError(t, err)
 	require.Equal(t, "file-0123456789abcdef", cfg.Webhooks.CallbackSecret)
 
+	// A worker reads the hooks without their secret; the orchestrator refuses to start so.
+	cfg, err = load(t, "webhooks: {pre_run: {noop: 'https://h.example.com/'}}\n", nil)
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.Webhooks.RequirePreRunSecret(), "webhooks.pre_run_secret is required")
+	cfg.Webhooks.PreRunSecret = "pre-0123456789abcdef"
+	require.NoError(t, cfg.Webhooks.RequirePreRunSecret())
+
 	for _, tc := range []struct {
 		yaml string
 		env  map[string]string
 		want string
 	}{
 		{"webhooks: {callback_secret: short}\n", nil, "webhooks.callback_secret must be at least 16"},
-		{"webhooks: {pre_run: {noop: 'https://h.example.com/'}}\n", nil, "pre_run_secret is required"},
 		{"webhooks: {pre_run: {nope: 'https://h.example.com/'}, pre_run_secret: pre-0123456789abcdef}\n", nil,
 			"webhooks.pre_run.nope: no such job type"},
 		{"webhooks: {pre_run: {noop: 'http://127.0.0.1/'}, pre_run_secret: pre-0123456789abcdef}\n", nil,

@@ -27,6 +27,9 @@ type hookWork struct {
 // newHookWork builds the webhooks' services over st and registers their event metrics on om
 // (the scrape-time collector is registerMetrics').
 func newHookWork(cfg *config.Config, st store.Store, om *metrics.Registry, log *slog.Logger) (*hookWork, error) {
+	if err := cfg.Webhooks.RequirePreRunSecret(); err != nil {
+		return nil, err
+	}
 	m := webhooks.NewMetrics()
 	if err := om.Register(m); err != nil {
 		return nil, fmt.Errorf("register webhook metrics: %w", err)

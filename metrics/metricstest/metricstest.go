@@ -30,6 +30,7 @@ import (
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/webhooks"
 )
 
 // Bundle is a wired orchestrator's engine and metrics.
@@ -95,6 +96,8 @@ func New(t testing.TB) *Bundle {
 		leases.NewCollector(reg, counter, lm, leases.DefaultRequirementMB(cfg)),
 		pools.NewCollector(reg, st),
 		leader.NewCollector(Leader{Leading: true, TermV: 1}),
+		webhooks.NewMetrics(),
+		webhooks.NewCollector(reg, st),
 	} {
 		require.NoError(t, reg.Register(c))
 	}
