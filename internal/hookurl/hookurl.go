@@ -54,7 +54,6 @@ var notPublic = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and the broadcast address
 	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use IPv4/IPv6 translation
 	netip.MustParsePrefix("100::/64"),        // discard-only
-	netip.MustParsePrefix("2001:db8::/32"),   // documentation
 	netip.MustParsePrefix("fec0::/10"),       // deprecated site-local
 	netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated
 }
@@ -63,9 +62,9 @@ var notPublic = []netip.Prefix{
 // four bytes, which is checked instead.
 var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
-// Blocked reports whether a hook may not reach ip: loopback, private (RFC 1918, fc00::/7),
-// link-local (169.254/16, fe80::/10, where cloud metadata services live), unspecified,
-// multicast, or one of the other ranges that are not a public host's.
+// Blocked reports whether a hook may not reach ip: loopback, private (10/8, 172.16/12,
+// 192.168/16, fc00::/7), link-local (169.254/16, fe80::/10, where cloud metadata services
+// live), unspecified, multicast, or one of the other ranges that are not a public host's.
 func Blocked(ip netip.Addr) bool {
 	ip = ip.WithZone("")
 	if ip.Is4In6() {
