@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -62,6 +63,9 @@ func webhookError(err error) error {
 		return badRequest(in.Field, "%s", in.Message)
 	case errors.Is(err, webhooks.ErrNoCallbackSecret):
 		return notFound("%s", err.Error())
+	case errors.Is(err, webhooks.ErrTooMany):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict,
+			Message: fmt.Sprintf("a cluster has at most %d webhook subscriptions: delete one first", webhooks.MaxSubscriptions)}
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -128,6 +129,16 @@ func TestWebhookRoutes(t *testing.T) {
 	b.withWebhooks(t, true, "")
 	rec = b.request(t, http.MethodPost, "/webhooks", "admin", `{"url":"http://127.0.0.1:9000/h","events":["job.done"]}`)
 	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+
+	// A cluster holds at most MaxSubscriptions.
+	now := time.Now()
+	for i := range webhooks.MaxSubscriptions - 1 {
+		require.NoError(t, b.st.WebhookInsert(context.Background(), store.WebhookSubscription{ID: fmt.Sprintf("wh_fill%03d", i),
+			URL: "https://203.0.113.9/", Events: []string{"job.done"}, Secret: "s", Status: store.WebhookActive, CreatedAt: now, UpdatedAt: now}))
+	}
+	body := requireError(t, b.request(t, http.MethodPost, "/webhooks", "admin", `{"url":"https://203.0.113.9/h","events":["job.done"]}`),
+		http.StatusConflict, CodeConflict, "")
+	require.Equal(t, "a cluster has at most 100 webhook subscriptions: delete one first", body.Message)
 }
 
 // TestSubmitCallback: a submit's callback_url (single and batch) is checked as a webhook's

@@ -27,9 +27,10 @@ type Store interface {
 // auditReadMax is the most audit rows one read returns (the store's list limit).
 const auditReadMax = 1000
 
-// tailRounds bounds the reads of one RunOnce behind a backlog, so that a pass ends and its
-// context is checked.
-const tailRounds = 20
+// tailBudget bounds one RunOnce behind a backlog: it reads batch after batch for about this
+// long, then the loop's next pass goes on (a pass ends, so its context and the leadership are
+// checked between them).
+const tailBudget = 2 * time.Second
 
 // TailerConfig configures a Tailer.
 type TailerConfig struct {
@@ -105,19 +106,18 @@ func (t *Tailer) Start(ctx context.Context) error {
 }
 
 // RunOnce reads the audit trail after the cursor, queues the deliveries of its events and
-// moves the cursor, batch after batch until it has caught up (at most tailRounds batches).
+// moves the cursor, batch after batch until it has caught up (or for about tailBudget).
 func (t *Tailer) RunOnce(ctx context.Context) (TailResult, error) {
 	var total TailResult
-	for range tailRounds {
+	for start := time.Now(); ; {
 		res, full, err := t.pass(ctx)
 		total.Read, total.Queued, total.GivenUp = total.Read+res.Read, total.Queued+res.Queued, total.GivenUp+res.GivenUp
 		total.LateRows += res.LateRows
 		total.Gaps = res.Gaps
-		if err != nil || !full {
+		if err != nil || !full || time.Since(start) > tailBudget {
 			return total, err
 		}
 	}
-	return total, nil
 }
 
 // pass is one batch: read, plan, and commit the cursor with the deliveries.
