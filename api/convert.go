@@ -44,6 +44,7 @@ func jobToWire(j store.Job) wire.Job {
 		UpdatedAt:     j.UpdatedAt.UTC(),
 		StartedAt:     utcPtr(j.StartedAt),
 		FinishedAt:    utcPtr(j.FinishedAt),
+		CallbackURL:   j.CallbackURL,
 	}
 }
 

@@ -127,6 +127,10 @@ func (s *Server) workerInScope(c *gin.Context, workerID string) error {
 }
 
 func (s *Server) instructionToWire(in pools.Instruction) wire.WorkerInstruction {
-	return wire.WorkerInstruction{Instruction: string(in.Instruction),
+	out := wire.WorkerInstruction{Instruction: string(in.Instruction),
 		HeartbeatInterval: wire.Duration(s.pools.HeartbeatInterval()), PoolStatus: string(in.PoolStatus)}
+	if s.preRun != nil {
+		out.PreRunTypes = s.preRun.Types()
+	}
+	return out
 }

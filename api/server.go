@@ -30,6 +30,7 @@ import (
 	"github.com/gpuorch/orchestrator/pools"
 	"github.com/gpuorch/orchestrator/schedules"
 	"github.com/gpuorch/orchestrator/store"
+	"github.com/gpuorch/orchestrator/webhooks"
 )
 
 // HTTP server limits (NewHTTPServer).
@@ -75,6 +76,11 @@ type Options struct {
 	// Schedules manages the schedules (nil: one over Store, Engine and Config when Store is a
 	// whole store.Store; else /schedules answers 503).
 	Schedules *schedules.Service
+	// Webhooks serves the webhook subscriptions and the callback secrets (nil: /webhooks
+	// answers 503); PreRun calls the pre-run hooks for POST /internal/jobs/pre_run (nil:
+	// every job runs).
+	Webhooks *webhooks.Service
+	PreRun   *webhooks.PreRun
 	// Ready overrides the readiness checks of /readyz: it returns one entry per dependency, nil
 	// when that dependency is fine. Default: database ping, applied migrations, Redis ping.
 	Ready func(ctx context.Context) map[string]error
@@ -118,6 +124,8 @@ type Server struct {
 	pools     *pools.Service
 	nodes     *nodes.Service     // nil without a store.Store (nodesOf)
 	schedules *schedules.Service // nil without a store.Store (schedulesOf)
+	webhooks  *webhooks.Service
+	preRun    *webhooks.PreRun
 	handler   *gin.Engine
 	feeds     feedCounter // the open event streams per token (events.go)
 	// batchSlots holds a token per large POST /jobs/submit_batch being read or worked on
@@ -156,6 +164,7 @@ func New(opts Options) *Server {
 	s.pools = opts.Pools
 	s.nodes = nodesOf(opts)
 	s.schedules = schedulesOf(opts)
+	s.webhooks, s.preRun = opts.Webhooks, opts.PreRun
 	slots := config.SubmitBatchConcurrencyDefault
 	if s.cfg != nil && s.cfg.SubmitBatchConcurrency > 0 {
 		slots = s.cfg.SubmitBatchConcurrency
@@ -238,7 +247,17 @@ func (s *Server) routes() *gin.Engine {
 	r.POST("/control/evict_pool", admins, s.poolsEnabled, s.evictPool)
 	r.POST("/control/reconcile", admins, s.poolsEnabled, s.reconcile)
 
+	r.POST("/webhooks", admins, s.webhooksEnabled, s.createWebhook)
+	r.GET("/webhooks", admins, s.webhooksEnabled, s.listWebhooks)
+	r.GET("/webhooks/callback_secret", agents, s.webhooksEnabled, s.callbackSecret)
+	r.GET("/webhooks/:id", admins, s.webhooksEnabled, s.getWebhook)
+	r.DELETE("/webhooks/:id", admins, s.webhooksEnabled, s.deleteWebhook)
+	r.POST("/webhooks/:id/enable", admins, s.webhooksEnabled, s.enableWebhook)
+	r.POST("/webhooks/:id/disable", admins, s.webhooksEnabled, s.disableWebhook)
+	r.GET("/webhooks/:id/deliveries", admins, s.webhooksEnabled, s.webhookDeliveries)
+
 	workers := r.Group("/internal", s.requireWorkerCert, s.requireRole(RoleWorker, RoleAdmin))
+	workers.POST("/jobs/pre_run", s.preRunJob)
 	workers.POST("/jobs/claim", s.claim)
 	workers.POST("/jobs/start", s.start)
 	workers.POST("/jobs/complete", s.complete)

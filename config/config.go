@@ -167,6 +167,9 @@ type Config struct {
 	Schedules Schedules `yaml:"schedules"`
 	// Pools configures worker pools, the worker registry and the local provisioner (config/pools.go).
 	Pools Pools `yaml:"pools"`
+	// Webhooks configures subscriptions' deliveries, job callbacks and pre-run hooks
+	// (config/webhooks.go).
+	Webhooks Webhooks `yaml:"webhooks"`
 	// Security holds the stream cap and the metrics token (config/security.go): top-level keys.
 	Security `yaml:",inline"`
 	// Path is the file Load read ("" when none): the local provisioner's workers read it too.
@@ -377,6 +380,9 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	if err := c.applySecurityEnv(getenv); err != nil {
 		return err
 	}
+	if err := c.applyWebhooksEnv(getenv); err != nil {
+		return err
+	}
 	if v := getenv("ORCH_NODE_LABELS"); v != "" {
 		labels, err := nodelabels.Parse(v)
 		if err != nil {
@@ -480,6 +486,7 @@ func (c *Config) fillDefaults() {
 	c.Admission.fillDefaults()
 	c.Schedules.fillDefaults()
 	c.Security.fillDefaults()
+	c.Webhooks.fillDefaults()
 	c.fillPools()
 	w := &c.Worker
 	if w.ID == "" {

@@ -54,15 +54,23 @@ func (c *Config) applySecurityEnv(getenv func(string) string) error {
 	if s.MetricsToken != "" {
 		return fmt.Errorf("config: metrics_token and metrics_token_file are both set: keep one")
 	}
-	raw, err := os.ReadFile(s.MetricsTokenFile)
+	var err error
+	s.MetricsToken, err = readSecretFile("metrics_token_file", s.MetricsTokenFile)
+	return err
+}
+
+// readSecretFile reads a secret from the file at path (the setting key names), its surrounding
+// whitespace dropped; an empty one is an error.
+func readSecretFile(key, path string) (string, error) {
+	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("config: metrics_token_file: %w", err)
+		return "", fmt.Errorf("config: %s: %w", key, err)
 	}
-	s.MetricsToken = strings.TrimSpace(string(raw))
-	if s.MetricsToken == "" {
-		return fmt.Errorf("config: metrics_token_file %s is empty", s.MetricsTokenFile)
+	secret := strings.TrimSpace(string(raw))
+	if secret == "" {
+		return "", fmt.Errorf("config: %s %s is empty", key, path)
 	}
-	return nil
+	return secret, nil
 }
 
 func (s *Security) fillDefaults() {

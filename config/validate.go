@@ -22,6 +22,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateAdmission()...)
 	errs = append(errs, c.validatePools()...)
 	errs = append(errs, c.Security.validate()...)
+	errs = append(errs, c.validateWebhooks()...)
 	if err := c.TLS.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -332,6 +332,9 @@ func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if err := checkRoute(p); err != nil {
 		return nil, err
 	}
+	if err := e.checkCallback(p); err != nil {
+		return nil, err
+	}
 	if e.cfg.Scheduler.Disabled {
 		for field, set := range map[string]bool{"constraints": p.Constraints != nil, "pool_id": p.PoolID != "", "model_id": p.ModelID != ""} {
 			if set {

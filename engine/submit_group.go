@@ -54,6 +54,7 @@ func (r *submitReq) insertParams(now time.Time) store.JobInsertParams {
 		ModelID:      r.p.ModelID,
 		Timeout:      r.p.Timeout,
 		Now:          now,
+		CallbackURL:  r.p.CallbackURL,
 	}
 }
 

@@ -59,6 +59,8 @@ func (e *Engine) sameRequest(r *submitReq, job store.Job) error {
 		return mismatch("pool_id", "the job exists with pool_id %q, not %q", job.PoolID, p.PoolID)
 	case job.ModelID != p.ModelID:
 		return mismatch("model_id", "the job exists with model_id %q, not %q", job.ModelID, p.ModelID)
+	case job.CallbackURL != p.CallbackURL:
+		return mismatch("callback_url", "the job exists with another callback_url")
 	}
 	return nil
 }

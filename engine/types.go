@@ -28,6 +28,8 @@ type SubmitParams struct {
 	// the model ("" for any): the scheduler places it.
 	PoolID, ModelID string
 	Actor           string // audit actor, e.g. "agent:NAME"
+	// CallbackURL receives the job's terminal event ("" for none; checkCallback).
+	CallbackURL string
 
 	// PayloadChecked says the caller decoded Payload from JSON already (the API's decoder
 	// does), so Submit does not scan it once more to check it: with large payloads each scan

@@ -20,7 +20,10 @@ func TestOrchestratorExportsEveryRequiredFamily(t *testing.T) {
 		"gpu_orchestrator_gpu_telemetry_age_seconds", "gpu_orchestrator_collector_errors_total", "go_goroutines",
 		"gpu_orchestrator_scheduler_placements_total", "gpu_orchestrator_scheduler_waiting_jobs",
 		"gpu_orchestrator_scheduler_failed_passes_total", "gpu_orchestrator_schedule_skips_total",
-		"gpu_orchestrator_schedule_fire_lag_seconds", "gpu_orchestrator_schedule_failed_passes_total"} {
+		"gpu_orchestrator_schedule_fire_lag_seconds", "gpu_orchestrator_schedule_failed_passes_total",
+		"gpu_orchestrator_webhook_attempts_total",
+		"gpu_orchestrator_webhook_deliveries_total", "gpu_orchestrator_webhook_endpoints",
+		"gpu_orchestrator_webhook_pending_deliveries", "gpu_orchestrator_webhook_pre_run_total"} {
 		require.True(t, names[name], "%s is exported", name)
 	}
 	fams := metricstest.Gather(t, b.Metrics)

@@ -51,6 +51,9 @@ type Result struct {
 	Jobs   int
 	Audit  int
 	Leases int
+	// Deliveries are webhook deliveries that ended (delivered or given up) before
+	// webhooks.retention, with their attempts.
+	Deliveries int
 }
 
 // Cleaner is the leader loop that keeps the tables bounded under a constant load: it deletes
@@ -85,8 +88,9 @@ func (r *Cleaner) Start(ctx context.Context) error {
 		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
 	}, func(ctx context.Context) error {
 		res, err := r.RunOnce(ctx)
-		if res.Jobs > 0 || res.Audit > 0 || res.Leases > 0 {
-			r.log.Info("deleted expired rows", "jobs", res.Jobs, "audit", res.Audit, "leases", res.Leases)
+		if res.Jobs > 0 || res.Audit > 0 || res.Leases > 0 || res.Deliveries > 0 {
+			r.log.Info("deleted expired rows", "jobs", res.Jobs, "audit", res.Audit, "leases", res.Leases,
+				"webhook_deliveries", res.Deliveries)
 		}
 		return err
 	})
@@ -144,6 +148,14 @@ func (r *Cleaner) RunOnce(ctx context.Context) (Result, error) {
 		return tx.LeaseDeleteEnded(ctx, auditBefore, r.cfg.Batch)
 	})
 	res.Leases += n
+	if err != nil {
+		return res, err
+	}
+	deliveriesBefore := now.Add(-cmp.Or(conf.Webhooks.Retention, config.WebhooksRetentionDefault))
+	n, err = r.deleteBatches(ctx, "finished webhook deliveries", func(tx store.Tx) (int, error) {
+		return tx.WebhookDeleteFinished(ctx, deliveriesBefore, r.cfg.Batch)
+	})
+	res.Deliveries += n
 	return res, err
 }
 

@@ -54,6 +54,34 @@ func TestCleaner(t *testing.T) {
 		require.Equal(t, 1, audit(t, st), "the recent row stays")
 	})
 
+	t.Run("DeletesFinishedWebhookDeliveries", func(t *testing.T) {
+		t.Parallel()
+		st, cfg := setup(t, 0)
+		old := now.Add(-cfg.Webhooks.Retention - time.Hour)
+		var ds []store.WebhookDelivery
+		for i := range 3 {
+			ds = append(ds, store.WebhookDelivery{URL: "https://h.example.com/", EventID: int64(i + 1), EventType: "job.done",
+				EventAt: old, IdempotencyKey: fmt.Sprintf("%d-callback", i+1), Body: []byte(`{}`), NextAttemptAt: old, CreatedAt: old})
+		}
+		require.NoError(t, st.WebhookDeliveryInsert(ctx, ds))
+		due, err := st.WebhookDeliveriesDue(ctx, now, 10)
+		require.NoError(t, err)
+		require.Len(t, due, 3)
+		// Two ended long ago; the third is still pending, however old.
+		for _, d := range due[:2] {
+			_, err := st.WebhookDeliveryRecord(ctx, []store.DeliveryRecord{{ID: d.ID, Status: store.DeliveryDelivered,
+				NextAttemptAt: old, Attempt: store.WebhookAttempt{StatusCode: 200, StartedAt: old}, Now: old}})
+			require.NoError(t, err)
+		}
+		res, err := retention.NewCleaner(st, cfg, retention.Config{Batch: 1, Clock: clock}).RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, retention.Result{Deliveries: 2}, res)
+		left, err := st.WebhookDeliveriesDue(ctx, now, 10)
+		require.NoError(t, err)
+		require.Len(t, left, 1)
+		require.Equal(t, due[2].ID, left[0].ID)
+	})
+
 	t.Run("FencedPassDeletesNothing", func(t *testing.T) {
 		t.Parallel()
 		st, cfg := setup(t, 3)

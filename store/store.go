@@ -131,6 +131,10 @@ type Job struct {
 	// the lease purger once past. nil when the job never held one; stale once LeaseToken is
 	// cleared.
 	LeaseExpiresAt *time.Time
+
+	// CallbackURL is where the job's terminal event (done, dead_letter, cancelled) is POSTed;
+	// "" for none (docs/architecture.md, "Webhooks").
+	CallbackURL string
 }
 
 // JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
@@ -151,6 +155,9 @@ type JobInsertParams struct {
 	ModelID      string
 	Timeout      time.Duration
 	Now          time.Time
+
+	// CallbackURL is the job's callback ("" for none).
+	CallbackURL string
 }
 
 // GPUCount is how many GPUs j needs: 0 for a CPU job, and at least one for a GPU job (rows
@@ -284,6 +291,7 @@ type Executor interface {
 	PoolExecutor
 	NodeExecutor
 	ScheduleExecutor
+	WebhookExecutor
 }
 
 // JobExecutor is the operations on orchestrator_jobs.

@@ -173,4 +173,7 @@ type WorkerInstruction struct {
 	HeartbeatInterval Duration `json:"heartbeat_interval"`
 	// PoolStatus is the status of the worker's pool ("" when it has none).
 	PoolStatus string `json:"pool_status,omitempty"`
+	// PreRunTypes are the job types with a pre-run hook (webhooks.pre_run): the worker asks
+	// POST /internal/jobs/pre_run before it runs a job of one of them.
+	PreRunTypes []string `json:"pre_run_types,omitempty"`
 }

@@ -67,6 +67,9 @@ type SubmitRequest struct {
 	// serving the model.
 	PoolID  string `json:"pool_id,omitempty"`
 	ModelID string `json:"model_id,omitempty"`
+	// CallbackURL is where the job's terminal event (job.done, job.dead_letter,
+	// job.cancelled) is POSTed, signed with the agent's callback secret.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // Constraints narrow the nodes a job may be placed on; every rule given must hold.
@@ -186,6 +189,9 @@ type Job struct {
 	UpdatedAt   time.Time       `json:"updated_at"`
 	StartedAt   *time.Time      `json:"started_at,omitempty"`
 	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+
+	// CallbackURL is the job's callback, as submitted.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // JobList is a page of GET /jobs. NextCursor is empty on the last page.

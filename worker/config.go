@@ -119,6 +119,12 @@ type Config struct {
 	// TelemetryInterval is the longest time between two telemetry reports
 	// (TelemetryIntervalDefault); it must stay below the orchestrator's telemetry freshness.
 	TelemetryInterval time.Duration
+	// PreRun asks the orchestrator whether a claimed job of a type with a pre-run hook may
+	// start (worker/prerun.go); PreRunTypes are those types as the worker's configuration
+	// names them (webhooks.pre_run), besides those the orchestrator's registration answers
+	// name. Nil: no job asks.
+	PreRun      PreRunner
+	PreRunTypes []string
 }
 
 func (c *Config) fill() {

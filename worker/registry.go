@@ -166,6 +166,7 @@ func (m *membership) obey(in wire.WorkerInstruction) {
 	if d := time.Duration(in.HeartbeatInterval); d > 0 {
 		m.interval = d
 	}
+	m.w.preRunTypes.set(in.PreRunTypes)
 	if in.Instruction == m.ordered {
 		return
 	}

@@ -90,7 +90,7 @@ func (w *Worker) execute(ctx context.Context, r *run) {
 	log := w.log.With("job_id", r.job.ID, "attempt", r.job.Attempt, "job_type", r.job.Type, "lease_token", r.job.LeaseToken)
 	log.Debug("job started")
 	jctx, cancelTimeout := context.WithTimeout(ctx, r.job.Timeout)
-	out, err := w.callHandler(jctx, r.job)
+	out, err := w.runJob(jctx, r.job)
 	cause := context.Cause(jctx)
 	cancelTimeout()
 	r.cancel(nil)

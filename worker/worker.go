@@ -70,6 +70,8 @@ type Worker struct {
 	ran atomic.Bool
 	// claimed counts the jobs claimed since start; heartbeats report it (worker/registry.go).
 	claimed atomic.Int64
+	// preRunTypes are the types with a pre-run hook that the orchestrator's answers name.
+	preRunTypes preRunTypes
 }
 
 // New checks cfg, fills its defaults, and resolves each type's handler.

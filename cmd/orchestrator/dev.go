@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -142,6 +143,8 @@ func devWorker(cfg *config.Config, sc *streams.Client, self selfAPI) (*worker.Wo
 		// workers of their type.
 		Registrar:         api,
 		HeartbeatInterval: cfg.Pools.HeartbeatInterval,
+		PreRun:            api,
+		PreRunTypes:       slices.Sorted(maps.Keys(cfg.Webhooks.PreRun)),
 	})
 	return w, names, err
 }

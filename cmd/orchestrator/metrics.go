@@ -15,6 +15,7 @@ import (
 	"github.com/gpuorch/orchestrator/reclaimer"
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
+	"github.com/gpuorch/orchestrator/webhooks"
 )
 
 // registerMetrics registers on reg the metrics each package defines for what it does: the
@@ -30,6 +31,7 @@ func registerMetrics(reg *metrics.Registry, cfg *config.Config, st store.Store, 
 		reclaimer.NewQueueCollector(reg, sc, cfg, st),
 		pools.NewCollector(reg, st),
 		leader.NewCollector(el),
+		webhooks.NewCollector(reg, st),
 	}
 	// Both drivers count leases; st is the store itself, not the engine's wrapped one.
 	if sr, ok := st.(store.StatsReader); ok {

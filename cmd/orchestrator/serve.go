@@ -142,6 +142,7 @@ type core struct {
 	el    leader.Elector
 	adm   *admission.Controller
 	pools *pools.Service
+	hooks *hookWork
 	// stop stops what startCore started, in reverse order: the lease loops, the election
 	// (resigning first: a follower takes over within one interval), then admission, whose
 	// policies' GPU quotas the scheduler and the grants read until then.
@@ -198,8 +199,12 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	if err != nil {
 		return nil, err
 	}
+	hooks, err := newHookWork(cfg, st, om, log)
+	if err != nil {
+		return nil, err
+	}
 	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, st, eng, sc, rm, log, pw.leaderLoop,
-		schedulerLoop(cfg, eng, waker, sm, log), firer)))
+		schedulerLoop(cfg, eng, waker, sm, log), firer, hooks.leaderLoop)))
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +217,7 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 		return nil, err
 	}
 	started.push(stopLeaseLoops)
-	return &core{eng: eng, st: st, sc: sc, lm: lm, om: om, el: el, adm: adm, pools: pw.svc, stop: started.run}, nil
+	return &core{eng: eng, st: st, sc: sc, lm: lm, om: om, el: el, adm: adm, pools: pw.svc, hooks: hooks, stop: started.run}, nil
 }
 
 // startElection starts the election that runs work while this process leads. The embedded
@@ -272,6 +277,8 @@ func buildAPI(ctx context.Context, cfg *config.Config, auth api.AuthOptions, be 
 		Admission: c.adm,
 		Pools:     c.pools,
 		Database:  be.database,
+		Webhooks:  c.hooks.svc,
+		PreRun:    c.hooks.preRun,
 	})
 	reloadTokensOnHangup(ctx, srv, cfg.TokensFile, tokens, log)
 	return srv

@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -259,6 +261,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Metrics:           metrics,
 		Registrar:         api,
 		HeartbeatInterval: cfg.Pools.HeartbeatInterval,
+		PreRun:            api,
+		PreRunTypes:       slices.Sorted(maps.Keys(cfg.Webhooks.PreRun)),
 	})
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ import (
 	"github.com/gpuorch/orchestrator/store"
 	"github.com/gpuorch/orchestrator/streams"
 	"github.com/gpuorch/orchestrator/telemetry"
+	"github.com/gpuorch/orchestrator/webhooks"
 )
 
 // Bundle is a wired orchestrator's engine and metrics.
@@ -97,6 +98,8 @@ func New(t testing.TB) *Bundle {
 		pools.NewCollector(reg, st),
 		leader.NewCollector(Leader{Leading: true, TermV: 1}),
 		schedules.NewMetrics(),
+		webhooks.NewMetrics(),
+		webhooks.NewCollector(reg, st),
 	} {
 		require.NoError(t, reg.Register(c))
 	}

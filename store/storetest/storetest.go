@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Nodes", testNodes},
 		{"Schedules", testSchedules},
 		{"Constraints", testConstraints},
+		{"Webhooks", testWebhooks},
 	}
 	runAll(t, s, tests)
 	// Retention reads the audit table from its oldest row: on a store of its own.

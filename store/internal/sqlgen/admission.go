@@ -95,20 +95,25 @@ func (e Executor) AuditList(ctx context.Context, p store.AuditListParams) ([]sto
 	}
 	f := filter{where: []string{"id > ?"}, args: []any{p.AfterID}}
 	f.addIf("job_id = ?", p.JobID)
-	scan := func(row Scanner) (store.AuditEvent, error) {
-		var (
-			ev      store.AuditEvent
-			jobID   sql.NullString
-			details []byte
-		)
-		err := row.Scan(&ev.ID, e.d.at(&ev.TS), &ev.EventType, &jobID, &ev.LeaseToken, &ev.PoolID, &ev.Actor, &details)
-		ev.JobID, ev.Details = jobID.String, NilIfEmpty(details)
-		return ev, err
-	}
-	events, err := query(ctx, e.d, e.r, scan, `SELECT id, ts, event_type, job_id, lease_token, pool_id, actor, details
-		FROM orchestrator_audit`+f.sql()+" ORDER BY id LIMIT ?", append(f.args, ClampLimit(p.Limit, ListLimitDefault, ListLimitMax))...)
+	events, err := query(ctx, e.d, e.r, e.d.scanAudit, "SELECT "+auditColumns+" FROM orchestrator_audit"+f.sql()+
+		" ORDER BY id LIMIT ?", append(f.args, ClampLimit(p.Limit, ListLimitDefault, ListLimitMax))...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit events: %w", err)
 	}
 	return events, nil
+}
+
+// auditColumns are the columns of orchestrator_audit, in the order scanAudit reads them.
+const auditColumns = "id, ts, event_type, job_id, lease_token, pool_id, actor, details"
+
+// scanAudit reads a row of auditColumns.
+func (enc Encoding) scanAudit(row Scanner) (store.AuditEvent, error) {
+	var (
+		ev      store.AuditEvent
+		jobID   sql.NullString
+		details []byte
+	)
+	err := row.Scan(&ev.ID, enc.at(&ev.TS), &ev.EventType, &jobID, &ev.LeaseToken, &ev.PoolID, &ev.Actor, &details)
+	ev.JobID, ev.Details = jobID.String, NilIfEmpty(details)
+	return ev, err
 }

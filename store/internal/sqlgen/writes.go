@@ -50,7 +50,7 @@ func NewJob(p store.JobInsertParams) store.Job {
 		GPUMemoryMB: p.GPUMemoryMB, GPUs: p.GPUs, GPUExclusive: p.GPUExclusive, Priority: p.Priority,
 		Constraints: p.Constraints, PoolID: p.PoolID, ModelID: p.ModelID,
 		Timeout:   p.Timeout.Truncate(time.Millisecond),
-		CreatedAt: now, UpdatedAt: now,
+		CreatedAt: now, UpdatedAt: now, CallbackURL: p.CallbackURL,
 	}
 }
 
@@ -59,15 +59,15 @@ func NewJob(p store.JobInsertParams) store.Job {
 const (
 	InsertJob = `INSERT INTO orchestrator_jobs (job_id, type, agent, payload, status, attempts,
 		max_attempts, available_at, enqueued, gpu_memory_mb, gpus, gpu_exclusive, priority, constraints,
-		pool_id, model_id, timeout_ms, created_at, updated_at) VALUES `
-	JobRow = "(?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		pool_id, model_id, timeout_ms, created_at, updated_at, callback_url) VALUES `
+	JobRow = "(?, ?, ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 // JobArgs are the arguments of j's JobRow.
 func (enc Encoding) JobArgs(j store.Job) []any {
 	return []any{j.ID, j.Type, j.Agent, JSONArg(j.Payload), string(j.Status), j.MaxAttempts,
 		enc.Time(j.AvailableAt), j.GPUMemoryMB, j.GPUs, j.GPUExclusive, j.Priority, constraintsArg(j.Constraints),
-		j.PoolID, j.ModelID, j.Timeout.Milliseconds(), enc.Time(j.CreatedAt), enc.Time(j.CreatedAt)}
+		j.PoolID, j.ModelID, j.Timeout.Milliseconds(), enc.Time(j.CreatedAt), enc.Time(j.CreatedAt), j.CallbackURL}
 }
 
 // constraintsArg is the constraints column of a job: NULL when it has none.
