@@ -300,6 +300,30 @@ func TestComplete(t *testing.T) {
 		require.Equal(t, "null", string(got.Result))
 	})
 
+	t.Run("CallbackMarksTheEndingRow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.cfg.Webhooks.CallbackSecret, b.cfg.Webhooks.AllowPrivate = "s3cret", true
+		hooked, _, err := b.eng.Submit(ctx, engine.SubmitParams{JobID: uid("job"), Type: "noop", Agent: "tester",
+			Payload: json.RawMessage(`{}`), CallbackURL: "http://127.0.0.1:9/cb", Actor: "agent:tester"})
+		require.NoError(t, err)
+		plain := b.submit(t, "noop")
+		b.eng.FlushMarks(ctx)
+		claimed := b.claim(t, "w1", hooked.ID, plain.ID).Claimed
+		require.Len(t, claimed, 2)
+		var results []engine.Result
+		for _, j := range claimed {
+			results = append(results, engine.Result{JobID: j.ID, Attempt: 1, LeaseToken: j.LeaseToken, Done: true})
+		}
+		_, err = b.eng.Complete(ctx, engine.CompleteParams{WorkerID: "w1", Results: results})
+		require.NoError(t, err)
+		// Only the row that ends the job with a callback says so: the webhooks' tail reads the
+		// jobs of those rows alone.
+		require.Contains(t, string(b.auditEvent(t, hooked.ID, "job.running->done").Details), `"callback":true`)
+		require.NotContains(t, string(b.auditEvent(t, hooked.ID, "job.pending->claimed").Details), `"callback"`)
+		require.NotContains(t, string(b.auditEvent(t, plain.ID, "job.running->done").Details), `"callback"`)
+	})
+
 	t.Run("Done", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

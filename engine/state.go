@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/gpuorch/orchestrator/store"
 )
@@ -133,8 +134,14 @@ func transitionAll(ctx context.Context, tx store.Executor, plans []plan) ([]stor
 				LeaseToken: token,
 				Actor:      p.actor,
 			}
-			if len(s.details) > 0 {
-				ev.Details, _ = json.Marshal(s.details)
+			details := s.details
+			if p.job.CallbackURL != "" && s.update.To.Terminal() {
+				// The webhooks' tail reads a job only for the events that need it: this row
+				// says that its job has a callback (docs/architecture.md, "Webhooks").
+				details = withDetail(maps.Clone(details), store.AuditDetailCallback, true)
+			}
+			if len(details) > 0 {
+				ev.Details, _ = json.Marshal(details)
 			}
 			events = append(events, ev)
 		}

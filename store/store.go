@@ -270,6 +270,10 @@ type AuditEvent struct {
 	Details    json.RawMessage
 }
 
+// AuditDetailCallback is the audit detail (true) that marks the row of a transition that ends a
+// job with a callback_url: the row the webhooks' tail delivers to the callback.
+const AuditDetailCallback = "callback"
+
 // AuditListParams selects audit rows in id order.
 type AuditListParams struct {
 	JobID   string // empty: all jobs

@@ -78,7 +78,7 @@ func TestDeliveryRetries(t *testing.T) {
 			var data wire.WebhookJobData
 			require.NoError(t, json.Unmarshal(ev.Data, &data))
 			require.Equal(t, wire.WebhookJobData{JobID: job, Type: "noop", Agent: "ag", Status: "done", Attempt: 1, MaxAttempts: 3,
-				Actor: "worker:w1", Details: json.RawMessage(`{"attempt":1,"lease_released":true}`)}, data)
+				Actor: "worker:w1", Details: json.RawMessage(`{"attempt":1,"callback":true,"lease_released":true}`)}, data)
 		}
 
 		page, more, err := b.svc.Deliveries(t.Context(), sub.ID, 0, 10)

@@ -124,14 +124,34 @@ func (b *bundle) job(t *testing.T, callback string) string {
 	return id
 }
 
-// event appends an audit row of the job, as its transition would.
+// event appends an audit row of the job, as its transition would: one that ends a job with a
+// callback_url says so (store.AuditDetailCallback), as the engine's do.
 func (b *bundle) event(t *testing.T, jobID, typ, details string) {
+	t.Helper()
+	require.NoError(t, b.st.AuditInsert(t.Context(), []store.AuditEvent{b.row(t, jobID, typ, details)}))
+}
+
+// row is the audit row event appends.
+func (b *bundle) row(t *testing.T, jobID, typ, details string) store.AuditEvent {
 	t.Helper()
 	ev := store.AuditEvent{TS: b.clock.Now(), EventType: typ, JobID: jobID, Actor: "worker:w1"}
 	if details != "" {
 		ev.Details = json.RawMessage(details)
 	}
-	require.NoError(t, b.st.AuditInsert(t.Context(), []store.AuditEvent{ev}))
+	if name, ok := webhooks.EventOf(typ); ok && webhooks.Terminal(name) && jobID != "" {
+		job, err := b.st.JobGet(t.Context(), jobID)
+		require.NoError(t, err)
+		if job.CallbackURL != "" {
+			m := map[string]any{}
+			if len(ev.Details) > 0 {
+				require.NoError(t, json.Unmarshal(ev.Details, &m))
+			}
+			m[store.AuditDetailCallback] = true
+			ev.Details, err = json.Marshal(m)
+			require.NoError(t, err)
+		}
+	}
+	return ev
 }
 
 // tailOnce runs a pass of the tail.

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -181,9 +182,18 @@ func (t *Tailer) plan(ctx context.Context, events []store.AuditEvent, now time.T
 		return nil, err
 	}
 	subs = slices.DeleteFunc(subs, func(s store.WebhookSubscription) bool { return s.Status != store.WebhookActive })
+	// The jobs are read for the events some subscription lists and for those that end a job
+	// with a callback (their row says so), not for every job event of the trail: at a
+	// thousand jobs a second, a read of each job would cost MariaDB more than its audit rows.
+	wanted := map[string]bool{}
+	for _, s := range subs {
+		for _, name := range s.Events {
+			wanted[name] = true
+		}
+	}
 	var ids []string
 	for _, ev := range events {
-		if _, ok := EventOf(ev.EventType); ok && ev.JobID != "" {
+		if name, ok := EventOf(ev.EventType); ok && ev.JobID != "" && (wanted[name] || (Terminal(name) && hasCallback(ev))) {
 			ids = append(ids, ev.JobID)
 		}
 	}
@@ -199,4 +209,13 @@ func (t *Tailer) plan(ctx context.Context, events []store.AuditEvent, now time.T
 		}
 	}
 	return p.plan(events)
+}
+
+// hasCallback reports whether ev, a row that ends a job, says that its job has a callback_url
+// (store.AuditDetailCallback).
+func hasCallback(ev store.AuditEvent) bool {
+	var d struct {
+		Callback bool `json:"callback"`
+	}
+	return bytes.Contains(ev.Details, []byte(`"`+store.AuditDetailCallback+`"`)) && json.Unmarshal(ev.Details, &d) == nil && d.Callback
 }

@@ -153,7 +153,7 @@ func TestTailLateCommit(t *testing.T) {
 	inserted, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- b.st.WithTx(context.Background(), func(tx store.Tx) error {
-			if err := tx.AuditInsert(ctx, []store.AuditEvent{{TS: b.clock.Now(), EventType: "job.running->done", JobID: early}}); err != nil {
+			if err := tx.AuditInsert(ctx, []store.AuditEvent{b.row(t, early, "job.running->done", "")}); err != nil {
 				return err
 			}
 			if err := tx.Flush(ctx); err != nil { // the INSERT runs now: its id is taken
@@ -196,7 +196,7 @@ func TestTailLateCommit(t *testing.T) {
 	// A rolled-back id stays a gap for the window, then is given up.
 	errRollback := errors.New("roll back")
 	require.ErrorIs(t, b.st.WithTx(ctx, func(tx store.Tx) error {
-		if err := tx.AuditInsert(ctx, []store.AuditEvent{{TS: b.clock.Now(), EventType: "job.running->done", JobID: early}}); err != nil {
+		if err := tx.AuditInsert(ctx, []store.AuditEvent{b.row(t, early, "job.running->done", "")}); err != nil {
 			return err
 		}
 		if err := tx.Flush(ctx); err != nil {
