@@ -92,7 +92,8 @@ image:
 image-name:
 	@echo $(IMAGE):$(VERSION)
 
-## services: install (when missing) and start MariaDB and Redis on this machine; idempotent
+## services: install (when missing) and start MariaDB and Redis on this machine, and install buildah
+## (make image, the image test); idempotent
 services:
 	@bash scripts/services.sh
 
