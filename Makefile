@@ -5,7 +5,7 @@ PKGS      := ./...
 # go-nvml's headers use deprecated declarations; keep cgo builds quiet.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build run test test-short fuzz bench bench-compare lint fmt services clean runbook-check
+.PHONY: all build run test test-short fuzz bench bench-compare lint fmt services clean runbook-check image image-name
 
 all: build
 
@@ -76,7 +76,24 @@ lint:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## services: install (when missing) and start MariaDB and Redis on this machine; idempotent
+## image: the container image of the three binaries, without a Docker engine and without pulling
+## anything: built here, put into an image from scratch with buildah (vfs storage) with the C
+## library files they load and a non-root user; prints its name, id and size
+## (scripts/image.sh). Needs buildah (`make services` installs it) and root. The Dockerfile
+## builds the same files for a Docker engine. VERSION is the release: the tag, the version label
+## and `orchestrator version`; deploy/k8s/overlays/release names $(IMAGE):$(VERSION), which
+## `go test ./deploy/` checks against `make image-name`.
+IMAGE   ?= ghcr.io/gpuorch/orchestrator
+VERSION ?= 0.1.0
+image:
+	IMAGE_REF=$(IMAGE):$(VERSION) VERSION=$(VERSION) bash scripts/image.sh
+
+## image-name: the name and tag `make image` commits
+image-name:
+	@echo $(IMAGE):$(VERSION)
+
+## services: install (when missing) and start MariaDB and Redis on this machine, and install buildah
+## (make image, the image test); idempotent
 services:
 	@bash scripts/services.sh
 

@@ -1,7 +1,10 @@
 // Package deploy holds the deployment manifests (k8s/, prometheus/) and, in its tests, the checks
 // of every observability artefact of the repository against the code: the Grafana dashboard,
 // the alerting rules and the KEDA manifests may only name metrics the processes export, and
-// the KEDA streams and consumer groups must be those of the configured job types.
+// the KEDA streams and consumer groups must be those of the configured job types. The
+// kustomizations render (kubectl kustomize), name the image `make image` commits, and set only
+// environment variables and ports docs/configuration.md describes (kustomize_test.go); the
+// image builds and its binaries run from it (image_test.go).
 package deploy
 
 import (
@@ -65,6 +68,13 @@ func docs(t *testing.T, path string) []map[string]any {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
+	return decodeDocs(t, raw, path)
+}
+
+// decodeDocs decodes every YAML document of raw, which came from where (empty documents left
+// out).
+func decodeDocs(t *testing.T, raw []byte, where string) []map[string]any {
+	t.Helper()
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	var out []map[string]any
 	for {
@@ -73,7 +83,7 @@ func docs(t *testing.T, path string) []map[string]any {
 		if errors.Is(err, io.EOF) {
 			return out
 		}
-		require.NoError(t, err, path)
+		require.NoError(t, err, where)
 		if d != nil {
 			out = append(out, d)
 		}
@@ -123,11 +133,11 @@ func list(t *testing.T, v any, path ...any) []any {
 	return l
 }
 
-// deployedConfig loads the configuration of deploy/k8s/configmap.yaml as the processes do
+// deployedConfig loads the configuration of deploy/k8s/base/configmap.yaml as the processes do
 // (strict keys, validation).
 func deployedConfig(t *testing.T) *config.Config {
 	t.Helper()
-	cms := of(docs(t, "k8s/configmap.yaml"), "ConfigMap")
+	cms := of(docs(t, "k8s/base/configmap.yaml"), "ConfigMap")
 	require.Len(t, cms, 1)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(str(t, cms[0], "data", "config.yaml")), 0o600))
@@ -140,7 +150,7 @@ func deployedConfig(t *testing.T) *config.Config {
 func workerDeployments(t *testing.T) map[string]map[string]any {
 	t.Helper()
 	out := map[string]map[string]any{}
-	for _, d := range of(docs(t, "k8s/workers.yaml"), "Deployment") {
+	for _, d := range of(docs(t, "k8s/base/workers.yaml"), "Deployment") {
 		args := list(t, d, "spec", "template", "spec", "containers", 0, "args")
 		i := slices.Index(args, any("--types"))
 		require.GreaterOrEqual(t, i, 0, "a worker Deployment names its type")
@@ -291,7 +301,7 @@ func TestKEDARedisStreams(t *testing.T) {
 	require.Len(t, auths, 1)
 	auth := str(t, auths[0], "metadata", "name")
 	require.Equal(t, "password", str(t, auths[0], "spec", "secretTargetRef", 0, "parameter"))
-	secrets := of(docs(t, "k8s/secret.example.yaml"), "Secret")
+	secrets := of(docs(t, "k8s/base/secret.example.yaml"), "Secret")
 	require.Len(t, secrets, 1)
 	require.Equal(t, str(t, secrets[0], "metadata", "name"), str(t, auths[0], "spec", "secretTargetRef", 0, "name"))
 	require.Contains(t, get(t, secrets[0], "stringData"), str(t, auths[0], "spec", "secretTargetRef", 0, "key"))
@@ -379,7 +389,7 @@ func requirePrometheusTrigger(t *testing.T, names map[string]bool, so any, typ s
 
 func TestKubernetesManifests(t *testing.T) {
 	t.Parallel()
-	ds := docs(t, "k8s/orchestrator.yaml")
+	ds := docs(t, "k8s/base/orchestrator.yaml")
 	deps := of(ds, "Deployment")
 	require.Len(t, deps, 1)
 	orch := deps[0]
@@ -421,7 +431,7 @@ func TestPrometheusScrapeConfig(t *testing.T) {
 		require.Equal(t, "Bearer", str(t, cfg[0], "scrape_configs", i, "authorization", "type"))
 		require.NotEmpty(t, str(t, cfg[0], "scrape_configs", i, "authorization", "credentials_file"))
 	}
-	secrets := of(docs(t, "k8s/secret.example.yaml"), "Secret")
+	secrets := of(docs(t, "k8s/base/secret.example.yaml"), "Secret")
 	require.Len(t, secrets, 1)
 	require.Contains(t, get(t, secrets[0], "stringData"), "metrics-token")
 }

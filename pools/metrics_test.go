@@ -25,6 +25,7 @@ func TestCollector(t *testing.T) {
 	for _, p := range []store.Pool{
 		{ID: "p-run", Agent: "a", Types: []string{"noop"}, DesiredWorkers: 3, Status: store.PoolRunning},
 		{ID: "p-stop", Agent: "a", Types: []string{"noop"}, DesiredWorkers: 1, Status: store.PoolStopped},
+		{ID: "p-drain", Agent: "a", Types: []string{"noop"}, DesiredWorkers: 2, Status: store.PoolDraining},
 	} {
 		p.CreatedAt, p.UpdatedAt, p.StartedAt, p.StatusChangedAt = now, now, now, now
 		require.NoError(t, st.PoolInsert(ctx, p))
@@ -39,7 +40,7 @@ func TestCollector(t *testing.T) {
 	}
 
 	fams := metricstest.Gather(t, reg)
-	for status, want := range map[string]float64{"starting": 0, "running": 1, "draining": 0, "stopped": 1, "evicted": 0} {
+	for status, want := range map[string]float64{"starting": 0, "running": 1, "draining": 1, "stopped": 1, "evicted": 0} {
 		require.Equal(t, want, metricstest.Value(t, fams, "gpu_orchestrator_worker_pools_total", map[string]string{"status": status}), status)
 	}
 	for status, want := range map[string]float64{"idle": 1, "executing": 1, "draining": 0, "offline": 1} {
@@ -47,6 +48,12 @@ func TestCollector(t *testing.T) {
 	}
 	require.Equal(t, 2.0, metricstest.Value(t, fams, "gpu_orchestrator_worker_pool_workers", map[string]string{"pool_id": "p-run"}))
 	require.Equal(t, 3.0, metricstest.Value(t, fams, "gpu_orchestrator_worker_pool_desired_workers", map[string]string{"pool_id": "p-run"}))
-	require.Len(t, fams["gpu_orchestrator_worker_pool_workers"].GetMetric(), 1, "a stopped pool has no series")
+	require.Equal(t, 2.0, metricstest.Value(t, fams, "gpu_orchestrator_worker_pool_desired_workers", map[string]string{"pool_id": "p-drain"}))
+	require.Len(t, fams["gpu_orchestrator_worker_pool_workers"].GetMetric(), 2, "a stopped pool has no series")
+	// The target is what KEDA scales a pool's Deployment to: desired while live, 0 once the
+	// pool drains or stopped, and a series for every pool.
+	for pool, want := range map[string]float64{"p-run": 3, "p-drain": 0, "p-stop": 0} {
+		require.Equal(t, want, metricstest.Value(t, fams, "gpu_orchestrator_worker_pool_target_workers", map[string]string{"pool_id": pool}), pool)
+	}
 	require.Zero(t, metricstest.Value(t, fams, "gpu_orchestrator_collector_errors_total", map[string]string{"collector": "pools"}))
 }

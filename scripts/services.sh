@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs (when missing) and starts MariaDB and Redis on this machine. Idempotent: running it
-# again with both up does nothing. Needs root (or sudo) only to install or start them.
+# Installs (when missing) and starts MariaDB and Redis on this machine, and installs buildah
+# (make image, and the image test of `make test`) when missing. Idempotent: running it again
+# with everything up does nothing. Needs root (or sudo) only to install or start them.
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -9,6 +10,7 @@ say() { echo "services: $*"; }
 need_install=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_install+=(mariadb-server)
 command -v redis-server >/dev/null 2>&1 || need_install+=(redis-server)
+command -v buildah >/dev/null 2>&1 || need_install+=(buildah)
 if [ ${#need_install[@]} -gt 0 ]; then
   say "installing ${need_install[*]}"
   as_root apt-get update -qq

@@ -41,9 +41,10 @@ A pool is a named group of workers serving some job types with one model warm. I
                           posted again ("pools create", or "pools scale --restart")
 
 The leader's reconciler makes the workers match the pool (pools.reconcile_interval); "orchctl
-control reconcile" runs a pass at once.`,
+control reconcile" runs a pass at once. On Kubernetes, "orchctl pools manifest" prints the
+Deployment of a pool's workers and the KEDA ScaledObject that keeps it at the pool's size.`,
 	}, newPoolsListCmd(g), newPoolsGetCmd(g), newPoolsCreateCmd(g), newPoolsScaleCmd(g),
-		newPoolsDrainCmd(g), newPoolsEvictCmd(g))
+		newPoolsDrainCmd(g), newPoolsEvictCmd(g), newPoolsManifestCmd(g))
 }
 
 func newPoolsListCmd(g *globals) *cobra.Command {
