@@ -187,3 +187,40 @@ func fmtBytes(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes (%.2f MiB)", n, float64(n)/(1<<20))
 }
+
+// turn is the handler of a POST that turns the switch of the one object its path names (a
+// schedule's pause, a webhook's enable) to on: id reads the id (answering the request itself
+// when it is bad), set turns the switch as the caller, and the answer is 200 with conv of the
+// object, or set's error.
+func turn[V, W any](s *Server, id func(*gin.Context) (string, bool),
+	set func(ctx context.Context, id string, on bool, actor string) (V, error), conv func(V) W, on bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		key, ok := id(c)
+		if !ok {
+			return
+		}
+		v, err := set(c.Request.Context(), key, on, mustIdentity(c).Actor())
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, conv(v))
+	}
+}
+
+// remove is the handler of a DELETE of the one object its path names: id reads the id
+// (answering the request itself when it is bad), del deletes the object as the caller, and the
+// answer is 204, or del's error.
+func remove(s *Server, id func(*gin.Context) (string, bool), del func(ctx context.Context, id, actor string) error) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		key, ok := id(c)
+		if !ok {
+			return
+		}
+		if err := del(c.Request.Context(), key, mustIdentity(c).Actor()); err != nil {
+			s.writeError(c, err)
+			return
+		}
+		c.Status(http.StatusNoContent)
+	}
+}

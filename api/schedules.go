@@ -44,9 +44,12 @@ func (s *Server) scheduleRoutes(r *gin.Engine) {
 	r.GET("/schedules", agents, s.schedulesEnabled, s.listSchedules)
 	r.GET("/schedules/:id", agents, s.schedulesEnabled, s.getSchedule)
 	r.PATCH("/schedules/:id", admins, s.schedulesEnabled, s.updateSchedule)
-	r.DELETE("/schedules/:id", admins, s.schedulesEnabled, s.deleteSchedule)
-	r.POST("/schedules/:id/pause", admins, s.schedulesEnabled, s.pauseSchedule)
-	r.POST("/schedules/:id/resume", admins, s.schedulesEnabled, s.resumeSchedule)
+	// The jobs a deleted schedule made stay.
+	r.DELETE("/schedules/:id", admins, s.schedulesEnabled, remove(s, s.scheduleID, s.schedules.Delete))
+	// pause: nothing fires until it is resumed; resume: it fires again from now on, the fire
+	// times it passed paused not caught up.
+	r.POST("/schedules/:id/pause", admins, s.schedulesEnabled, turn(s, s.scheduleID, s.schedules.SetPaused, scheduleToWire, true))
+	r.POST("/schedules/:id/resume", admins, s.schedulesEnabled, turn(s, s.scheduleID, s.schedules.SetPaused, scheduleToWire, false))
 	r.POST("/schedules/:id/trigger", admins, s.schedulesEnabled, s.triggerSchedule)
 }
 
@@ -212,39 +215,6 @@ func (s *Server) updateSchedule(c *gin.Context) {
 	v, err := s.schedules.Update(c.Request.Context(), id, mustIdentity(c).Actor(), func(sp *schedules.Spec) error {
 		return s.applySchedule(c, sp, req)
 	})
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, scheduleToWire(v))
-}
-
-// deleteSchedule handles DELETE /schedules/{id}: 204; the jobs it made stay.
-func (s *Server) deleteSchedule(c *gin.Context) {
-	id, ok := s.scheduleID(c)
-	if !ok {
-		return
-	}
-	if err := s.schedules.Delete(c.Request.Context(), id, mustIdentity(c).Actor()); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.Status(http.StatusNoContent)
-}
-
-// pauseSchedule handles POST /schedules/{id}/pause: nothing fires until it is resumed.
-func (s *Server) pauseSchedule(c *gin.Context) { s.setPaused(c, true) }
-
-// resumeSchedule handles POST /schedules/{id}/resume: it fires again from now on; the fire
-// times it passed paused are not caught up.
-func (s *Server) resumeSchedule(c *gin.Context) { s.setPaused(c, false) }
-
-func (s *Server) setPaused(c *gin.Context, paused bool) {
-	id, ok := s.scheduleID(c)
-	if !ok {
-		return
-	}
-	v, err := s.schedules.SetPaused(c.Request.Context(), id, paused, mustIdentity(c).Actor())
 	if err != nil {
 		s.writeError(c, err)
 		return

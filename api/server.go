@@ -251,9 +251,9 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/webhooks", admins, s.webhooksEnabled, s.listWebhooks)
 	r.GET("/webhooks/callback_secret", agents, s.webhooksEnabled, s.callbackSecret)
 	r.GET("/webhooks/:id", admins, s.webhooksEnabled, s.getWebhook)
-	r.DELETE("/webhooks/:id", admins, s.webhooksEnabled, s.deleteWebhook)
-	r.POST("/webhooks/:id/enable", admins, s.webhooksEnabled, s.enableWebhook)
-	r.POST("/webhooks/:id/disable", admins, s.webhooksEnabled, s.disableWebhook)
+	r.DELETE("/webhooks/:id", admins, s.webhooksEnabled, remove(s, s.webhookID, s.webhooks.Delete)) // its deliveries go with it
+	r.POST("/webhooks/:id/enable", admins, s.webhooksEnabled, turn(s, s.webhookID, s.webhooks.SetEnabled, webhookToWire, true))
+	r.POST("/webhooks/:id/disable", admins, s.webhooksEnabled, turn(s, s.webhookID, s.webhooks.SetEnabled, webhookToWire, false))
 	r.GET("/webhooks/:id/deliveries", admins, s.webhooksEnabled, s.webhookDeliveries)
 
 	workers := r.Group("/internal", s.requireWorkerCert, s.requireRole(RoleWorker, RoleAdmin))

@@ -98,38 +98,6 @@ func (s *Server) getWebhook(c *gin.Context) {
 	c.JSON(http.StatusOK, webhookToWire(v))
 }
 
-// deleteWebhook handles DELETE /webhooks/{id} (admin): the subscription and its deliveries go.
-func (s *Server) deleteWebhook(c *gin.Context) {
-	id, ok := s.webhookID(c)
-	if !ok {
-		return
-	}
-	if err := s.webhooks.Delete(c.Request.Context(), id, mustIdentity(c).Actor()); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.Status(http.StatusNoContent)
-}
-
-// enableWebhook handles POST /webhooks/{id}/enable (admin).
-func (s *Server) enableWebhook(c *gin.Context) { s.setWebhookEnabled(c, true) }
-
-// disableWebhook handles POST /webhooks/{id}/disable (admin).
-func (s *Server) disableWebhook(c *gin.Context) { s.setWebhookEnabled(c, false) }
-
-func (s *Server) setWebhookEnabled(c *gin.Context, enabled bool) {
-	id, ok := s.webhookID(c)
-	if !ok {
-		return
-	}
-	v, err := s.webhooks.SetEnabled(c.Request.Context(), id, enabled, mustIdentity(c).Actor())
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, webhookToWire(v))
-}
-
 // webhookDeliveries handles GET /webhooks/{id}/deliveries?limit=&cursor= (admin): the
 // subscription's deliveries, newest first, each with its attempts, by keyset pages.
 func (s *Server) webhookDeliveries(c *gin.Context) {

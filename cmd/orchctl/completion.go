@@ -53,11 +53,16 @@ func poolIDs(ctx context.Context, g *globals, cmd *cobra.Command) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(list.Pools))
-	for _, p := range list.Pools {
-		ids = append(ids, p.PoolID)
+	return idsOf(list.Pools, func(p client.Pool) string { return p.PoolID }), nil
+}
+
+// idsOf is the id of each of xs, for completion.
+func idsOf[T any](xs []T, id func(T) string) []string {
+	ids := make([]string, 0, len(xs))
+	for _, x := range xs {
+		ids = append(ids, id(x))
 	}
-	return ids, nil
+	return ids
 }
 
 // deadLetterIDs lists the job ids of the newest page of dead letters, for completion.
@@ -75,4 +80,12 @@ func deadLetterIDs(ctx context.Context, g *globals, cmd *cobra.Command) ([]strin
 		ids = append(ids, d.JobID)
 	}
 	return ids, nil
+}
+
+// objectCmd is a command on the one object its argument names, whose id the shell completes
+// from the API with ids.
+func objectCmd(g *globals, use, short, long string, ids func(ctx context.Context, g *globals, cmd *cobra.Command) ([]string, error),
+	run func(*cobra.Command, []string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Long: long, Args: usageArgs(cobra.ExactArgs(1)),
+		ValidArgsFunction: completeFromAPI(g, 1, ids), RunE: run}
 }

@@ -108,29 +108,10 @@ func liveWorkers(n client.Node) int {
 }
 
 func newNodesShowCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "show NODE",
-		Short: "Show one node: labels, cordon, GPUs, workers and active leases",
-		Long: `Show one node (GET /nodes/{id}): its status and labels, who cordoned it and why, its GPUs (as
+	return objectCmd(g, "show NODE", "Show one node: labels, cordon, GPUs, workers and active leases",
+		`Show one node (GET /nodes/{id}): its status and labels, who cordoned it and why, its GPUs (as
 "orchctl gpus" shows them), its registered workers and its active leases. With -o json the one
-document is the node.`,
-		Args:              usageArgs(cobra.ExactArgs(1)),
-		ValidArgsFunction: completeFromAPI(g, 1, nodeIDs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(cmd)
-			if err != nil {
-				return err
-			}
-			n, err := c.GetNode(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if g.json() {
-				return writeJSON(cmd.OutOrStdout(), n)
-			}
-			return g.printNode(cmd, n)
-		},
-	}
+document is the node.`, nodeIDs, onID(g, (*client.Client).GetNode, g.printNode))
 }
 
 // printNode prints a node's fields, then its GPUs, workers and leases.
@@ -241,9 +222,5 @@ json the one document is the node.`
 // nodeIDs lists the nodes' ids for completion.
 func nodeIDs(ctx context.Context, g *globals, cmd *cobra.Command) ([]string, error) {
 	nodes, err := g.nodes(ctx, cmd)
-	ids := make([]string, 0, len(nodes))
-	for _, n := range nodes {
-		ids = append(ids, n.ID)
-	}
-	return ids, err
+	return idsOf(nodes, func(n client.Node) string { return n.ID }), err
 }

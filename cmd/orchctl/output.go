@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
 
 	"github.com/gpuorch/orchestrator/client"
 )
@@ -149,4 +151,41 @@ func isTerminal(w io.Writer) bool {
 		return false
 	}
 	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
+}
+
+// onID is the RunE of a command on the one object its argument names: it calls the API with
+// call (a method expression of *client.Client, such as (*client.Client).GetSchedule) and
+// shows the answer, as JSON with -o json, else with show.
+func onID[T any](g *globals, call func(c *client.Client, ctx context.Context, id string) (T, error),
+	show func(cmd *cobra.Command, v T) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := g.client(cmd)
+		if err != nil {
+			return err
+		}
+		v, err := call(c, cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		if g.json() {
+			return writeJSON(cmd.OutOrStdout(), v)
+		}
+		return show(cmd, v)
+	}
+}
+
+// onDelete is the RunE of a command that deletes the one object its argument names with call
+// and says so on standard error.
+func onDelete(g *globals, what string, call func(c *client.Client, ctx context.Context, id string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := g.client(cmd)
+		if err != nil {
+			return err
+		}
+		if err := call(c, cmd.Context(), args[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "deleted %s %s\n", what, args[0])
+		return nil
+	}
 }

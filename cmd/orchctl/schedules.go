@@ -109,37 +109,17 @@ func scheduleState(s client.Schedule) string {
 // scheduleIDs lists the schedules' ids, for completion.
 func scheduleIDs(ctx context.Context, g *globals, cmd *cobra.Command) ([]string, error) {
 	all, err := g.schedules(ctx, cmd, "")
-	ids := make([]string, 0, len(all))
-	for _, s := range all {
-		ids = append(ids, s.ID)
-	}
-	return ids, err
+	return idsOf(all, func(s client.Schedule) string { return s.ID }), err
 }
 
 func newSchedulesGetCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get SCHEDULE",
-		Short: "Show one schedule: its rules, job, next runs and last fire",
-		Long: `Show one schedule (GET /schedules/{id}): its cron and zone, its rules, its job template, its
+	return objectCmd(g, "get SCHEDULE", "Show one schedule: its rules, job, next runs and last fire",
+		`Show one schedule (GET /schedules/{id}): its cron and zone, its rules, its job template, its
 next 5 fire times (in its zone), its last fire and the status of that fire's job, its last
 skipped fire and why (overlap, queue_full, previous_running, previous_failed, invalid_job), and
 how many of its jobs are unfinished (RUNNING) and how many fires wait for one to end (QUEUED).
 
-With -o json the one document is the schedule.`,
-		Args:              usageArgs(cobra.ExactArgs(1)),
-		ValidArgsFunction: completeFromAPI(g, 1, scheduleIDs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(cmd)
-			if err != nil {
-				return err
-			}
-			s, err := c.GetSchedule(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return g.printSchedule(cmd, s)
-		},
-	}
+With -o json the one document is the schedule.`, scheduleIDs, onID(g, (*client.Client).GetSchedule, g.printSchedule))
 }
 
 // printSchedule prints a schedule's fields, or the schedule as JSON with -o json.
@@ -374,33 +354,19 @@ fire times passed meanwhile are not caught up.`,
 }
 
 func newSchedulesDeleteCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete SCHEDULE",
-		Short: "Delete a schedule; the jobs it made stay",
-		Long: `Delete a schedule and the record of its fires (DELETE /schedules/{id}): nothing fires any more,
+	return objectCmd(g, "delete SCHEDULE", "Delete a schedule; the jobs it made stay",
+		`Delete a schedule and the record of its fires (DELETE /schedules/{id}): nothing fires any more,
 its queued fires are dropped, and the jobs it made stay as they are ("orchctl jobs cancel" stops
-one). Audited schedule.deleted.`,
-		Args:              usageArgs(cobra.ExactArgs(1)),
-		ValidArgsFunction: completeFromAPI(g, 1, scheduleIDs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(cmd)
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteSchedule(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "deleted schedule", args[0])
-			return nil
-		},
-	}
+one). Audited schedule.deleted.`, scheduleIDs, onDelete(g, "schedule", (*client.Client).DeleteSchedule))
 }
 
 // newSchedulesActionCmd is `schedules pause` or `schedules resume`.
 func newSchedulesActionCmd(g *globals, action string) *cobra.Command {
 	short, long := "Stop a schedule's fires until it is resumed",
 		"Pause a schedule (POST /schedules/{id}/pause): nothing fires until it is resumed. Its queued fires\nwait, its jobs in flight go on, and a manual trigger still fires. Audited schedule.paused."
+	set := (*client.Client).PauseSchedule
 	if action == "resume" {
+		set = (*client.Client).ResumeSchedule
 		short, long = "Fire a paused schedule again, from now on",
 			"Resume a schedule (POST /schedules/{id}/resume): it fires again from the first fire time after now;\nthe fire times it passed paused are not caught up, whatever its catch_up. Audited schedule.resumed."
 	}
@@ -410,21 +376,7 @@ func newSchedulesActionCmd(g *globals, action string) *cobra.Command {
 		Long:              long,
 		Args:              usageArgs(cobra.ExactArgs(1)),
 		ValidArgsFunction: completeFromAPI(g, 1, scheduleIDs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(cmd)
-			if err != nil {
-				return err
-			}
-			set := c.PauseSchedule
-			if action == "resume" {
-				set = c.ResumeSchedule
-			}
-			s, err := set(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return g.printSchedule(cmd, s)
-		},
+		RunE:              onID(g, set, g.printSchedule),
 	}
 }
 
@@ -440,21 +392,10 @@ With -o json the one document is the API's answer {"schedule_id", "fire_time", "
 "job_status"}.`,
 		Args:              usageArgs(cobra.ExactArgs(1)),
 		ValidArgsFunction: completeFromAPI(g, 1, scheduleIDs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(cmd)
-			if err != nil {
-				return err
-			}
-			f, err := c.TriggerSchedule(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if g.json() {
-				return writeJSON(cmd.OutOrStdout(), f)
-			}
+		RunE: onID(g, (*client.Client).TriggerSchedule, func(cmd *cobra.Command, f client.ScheduleFire) error {
 			t := newTable(cmd.OutOrStdout(), "SCHEDULE", "FIRE TIME", "JOB", "STATUS")
 			t.row(f.ScheduleID, f.FireTime, f.JobID, f.JobStatus)
 			return t.flush()
-		},
+		}),
 	}
 }

@@ -62,7 +62,7 @@ func TestSchedules(t *testing.T) {
 	r = b.runOK(t, "__complete", "schedules", "get", "")
 	require.Contains(t, r.stdout, "nightly\n")
 	r = b.runOK(t, "schedules", "delete", "nightly")
-	require.Contains(t, r.stdout, "deleted schedule nightly")
+	require.Contains(t, r.stderr, "deleted schedule nightly")
 	r = b.run(t, "schedules", "get", "nightly")
 	require.Equal(t, exitAPI, r.code, "%s", r)
 	require.Contains(t, r.stderr, "404 not_found")

@@ -149,17 +149,7 @@ Audited webhook.deleted. Exit code 0 when it is gone, 2 when the API refused (40
 subscription).`,
 		Args:              usageArgs(cobra.ExactArgs(1)),
 		ValidArgsFunction: completeFromAPI(g, 1, webhookIDs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(cmd)
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteWebhook(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "deleted webhook %s\n", args[0])
-			return nil
-		},
+		RunE:              onDelete(g, "webhook", (*client.Client).DeleteWebhook),
 	}
 }
 
@@ -181,20 +171,10 @@ and nothing is sent to it until it is enabled again; its pending deliveries wait
 webhook.disabled, which is itself an event for the subscriptions that ask for it. Exit code 0
 when it is disabled, 2 when the API refused.`
 	}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, err := g.client(cmd)
-		if err != nil {
-			return err
-		}
-		h, err := c.SetWebhookEnabled(cmd.Context(), args[0], enable)
-		if err != nil {
-			return err
-		}
-		if g.json() {
-			return writeJSON(cmd.OutOrStdout(), h)
-		}
-		return printWebhooks(cmd, []client.Webhook{h})
+	set := func(c *client.Client, ctx context.Context, id string) (client.Webhook, error) {
+		return c.SetWebhookEnabled(ctx, id, enable)
 	}
+	cmd.RunE = onID(g, set, func(cmd *cobra.Command, h client.Webhook) error { return printWebhooks(cmd, []client.Webhook{h}) })
 	return cmd
 }
 
@@ -326,9 +306,5 @@ func webhookIDs(ctx context.Context, g *globals, cmd *cobra.Command) ([]string, 
 		return nil, err
 	}
 	list, err := c.ListWebhooks(ctx)
-	ids := make([]string, 0, len(list.Webhooks))
-	for _, h := range list.Webhooks {
-		ids = append(ids, h.ID)
-	}
-	return ids, err
+	return idsOf(list.Webhooks, func(h client.Webhook) string { return h.ID }), err
 }
