@@ -37,6 +37,9 @@ type submitBody struct {
 	Constraints *wire.Constraints `json:"constraints"`
 	PoolID      string            `json:"pool_id"`
 	ModelID     string            `json:"model_id"`
+	DependsOn   []string          `json:"depends_on"`
+	// OnParentFailure: cancel or run.
+	OnParentFailure string `json:"on_parent_failure"`
 }
 
 // submit handles POST /jobs/submit: 202 for a new job, 200 for a job_id that exists already.
@@ -99,7 +102,7 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 	}
 	// decodeJSON has checked the payload: a json.RawMessage holds a value the decoder read.
 	p := engine.SubmitParams{JobID: b.JobID, Type: b.Type, Agent: b.Agent, Payload: b.Payload, PayloadChecked: true,
-		PoolID: b.PoolID, ModelID: b.ModelID, Actor: id.Actor()}
+		PoolID: b.PoolID, ModelID: b.ModelID, Actor: id.Actor(), DependsOn: b.DependsOn, OnParentFailure: b.OnParentFailure}
 	switch {
 	case p.JobID != "" && !engine.JobIDPattern.MatchString(p.JobID):
 		return p, badID("job_id", engine.JobIDPattern)

@@ -165,6 +165,8 @@ type Config struct {
 	Admission Admission `yaml:"admission"`
 	// Pools configures worker pools, the worker registry and the local provisioner (config/pools.go).
 	Pools Pools `yaml:"pools"`
+	// Flows configures dependencies, workflows and fan-outs (config/flows.go).
+	Flows Flows `yaml:"flows"`
 	// Security holds the stream cap and the metrics token (config/security.go): top-level keys.
 	Security `yaml:",inline"`
 	// Path is the file Load read ("" when none): the local provisioner's workers read it too.
@@ -473,6 +475,7 @@ func (c *Config) fillDefaults() {
 	c.Telemetry.PollInterval = cmp.Or(c.Telemetry.PollInterval, TelemetryPollIntervalDefault)
 	c.Scheduler.fillDefaults()
 	c.Admission.fillDefaults()
+	c.Flows.fillDefaults()
 	c.Security.fillDefaults()
 	c.fillPools()
 	w := &c.Worker

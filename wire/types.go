@@ -67,6 +67,13 @@ type SubmitRequest struct {
 	// serving the model.
 	PoolID  string `json:"pool_id,omitempty"`
 	ModelID string `json:"model_id,omitempty"`
+	// DependsOn are jobs of the same agent this one waits for (at most 64): it is waiting
+	// until every one has ended done, then pending. A parent that ends dead_letter or
+	// cancelled cancels it, unless OnParentFailure is run.
+	DependsOn []string `json:"depends_on,omitempty"`
+	// OnParentFailure is cancel (the default) or run: run the job once every parent has
+	// ended, however they ended.
+	OnParentFailure string `json:"on_parent_failure,omitempty"`
 }
 
 // Constraints narrow the nodes a job may be placed on; every rule given must hold.
@@ -236,6 +243,23 @@ type ClaimedJob struct {
 	LeaseTTL Duration `json:"lease_ttl,omitempty"`
 	// LeaseExpiresAt is when the lease expires unless renewed.
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	// Parents are how the job's parents ended, with their results (a job with depends_on or a
+	// workflow step with needs; absent otherwise), within the orchestrator's
+	// flows.parent_results_max_bytes for all of them: a result that does not fit is left
+	// out and Truncated set.
+	Parents []Parent `json:"parents,omitempty"`
+}
+
+// Parent is one parent of a claimed job.
+type Parent struct {
+	JobID string `json:"job_id"`
+	// Step is the parent's step name in a workflow.
+	Step string `json:"step,omitempty"`
+	// Status is how the parent ended: done, dead_letter, cancelled, or gone (deleted by
+	// retention).
+	Status    string          `json:"status"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Truncated bool            `json:"truncated,omitempty"`
 }
 
 // Claim refusal reasons. A refused entry is acknowledged and dropped by the worker, except for

@@ -84,7 +84,10 @@ limit. --gpus, --gpu-memory-mb and --exclusive override what the type asks of th
 many distinct GPUs of one node, that much memory on each, held alone; a request no node of the
 cluster could ever place is refused (unsatisfiable). --node-selector, --allow-node, --deny-node
 and --max-per-node constrain the nodes a job may be placed on (orchctl nodes list shows their
-labels); --pool and --model route it to the workers of one pool, or of a pool serving the model. --quiet prints only the job id (for JOB=$(orchctl jobs submit ... -q)).
+labels); --pool and --model route it to the workers of one pool, or of a pool serving the model.
+--depends-on makes the job wait (status waiting) until those jobs of the same agent have ended
+done; one that ends dead_letter or cancelled cancels it, unless --on-parent-failure run. --quiet
+prints only the job id (for JOB=$(orchctl jobs submit ... -q)).
 
 With --wait, orchctl then waits for the job like "jobs wait" (--poll, --wait-timeout) and exits
 with its exit codes: 0 done, 3 dead_letter, 4 cancelled, 5 timed out. With -o json and --wait,
@@ -94,6 +97,7 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
   orchctl jobs submit --type inference --agent chat --payload-file req.json --job-id req-42 --wait
   orchctl jobs submit --type train --agent ml --gpus 2 --gpu-memory-mb 60000 --exclusive
   orchctl jobs submit --type train --agent ml --node-selector tier=prod --deny-node gpu-07 --max-per-node 1
+  orchctl jobs submit --type report --agent etl --depends-on extract-1,extract-2
   generate-payload | orchctl jobs submit --type ingest --agent etl --payload-file - -q`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: runWithFlags(g.submit, &f),
@@ -116,6 +120,8 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 	fl.IntVar(&f.constraints.MaxPerNode, "max-per-node", 0, "at most this many jobs of this type and agent on one node at once")
 	fl.StringVar(&f.req.PoolID, "pool", "", "only the workers of this pool run the job")
 	fl.StringVar(&f.req.ModelID, "model", "", "only the workers of a pool serving this model run the job")
+	fl.StringSliceVar(&f.req.DependsOn, "depends-on", nil, "wait until these jobs (of the same agent) have ended done (repeat, or comma-separate)")
+	fl.StringVar(&f.req.OnParentFailure, "on-parent-failure", "", "with --depends-on: cancel (default) or run when a parent fails")
 	fl.IntVar(&f.priority, "priority", 0, "0..9, higher first among GPU jobs waiting for room (default: the job type's)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the job id")
 	fl.BoolVar(&f.wait, "wait", false, "wait until the job is finished (exit codes as jobs wait)")

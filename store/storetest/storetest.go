@@ -64,6 +64,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Pools", testPools},
 		{"Nodes", testNodes},
 		{"Constraints", testConstraints},
+		{"JobFlows", testJobFlows},
+		{"Workflows", testWorkflows},
 	}
 	runAll(t, s, tests)
 	// Retention reads the audit table from its oldest row: on a store of its own.
