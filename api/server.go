@@ -201,6 +201,10 @@ func (s *Server) routes() *gin.Engine {
 	r.POST("/jobs/:id/cancel", agents, s.cancelJob)
 	r.GET("/jobs/:id/events", agents, s.jobEvents)
 	r.GET("/events", s.requireRole(RoleAdmin), s.allEvents)
+	r.POST("/workflows", agents, s.submitWorkflow)
+	r.GET("/workflows", agents, s.listWorkflows)
+	r.GET("/workflows/:id", agents, s.getWorkflow)
+	r.POST("/workflows/:id/cancel", agents, s.cancelWorkflow)
 	r.GET("/status", s.requireRole(RoleAgent, RoleWorker, RoleAdmin), s.status)
 
 	r.GET("/dlq", s.requireRole(RoleAdmin), s.listDeadLetters)

@@ -39,7 +39,7 @@ func (e *Engine) settleFanOut(ctx context.Context, tx store.Tx, job *store.Job, 
 	switch {
 	case len(going) == 0:
 	case failed > 0 && failFast:
-		evs, err := cancelChildren(ctx, tx, going, actorLeader, "fan-out "+job.ID+" failed fast", now)
+		evs, err := e.cancelJobs(ctx, tx, going, actorLeader, "fan-out "+job.ID+" failed fast", now)
 		if err != nil {
 			return nil, err
 		}
@@ -74,27 +74,6 @@ func (e *Engine) settleFanOut(ctx context.Context, tx store.Tx, job *store.Job, 
 	return append(events, evs...), err
 }
 
-// cancelChildren cancels the jobs among ids that are not terminal, locked in id order.
-func cancelChildren(ctx context.Context, tx store.Tx, ids []string, actor, why string, now time.Time) ([]store.AuditEvent, error) {
-	jobs, err := tx.JobGetMany(ctx, ids, true)
-	if err != nil {
-		return nil, err
-	}
-	var events []store.AuditEvent
-	for i := range jobs {
-		j := &jobs[i]
-		if j.Status.Terminal() || !CanTransition(j.Status, store.JobCancelled) {
-			continue
-		}
-		evs, err := cancelLocked(ctx, tx, j, actor, map[string]any{"reason": why}, why, now)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, evs...)
-	}
-	return events, nil
-}
-
 // cancelFlowOf is what cancelling job takes with it: a fan-out parent's children still going.
 func (e *Engine) cancelFlowOf(ctx context.Context, tx store.Tx, job *store.Job, actor string, now time.Time) ([]store.AuditEvent, error) {
 	if !job.Flow.Has(store.FlowFanOut) {
@@ -113,7 +92,7 @@ func (e *Engine) cancelFlowOf(ctx context.Context, tx store.Tx, job *store.Job, 
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return cancelChildren(ctx, tx, ids, actor, "fan-out "+job.ID+" cancelled", now)
+	return e.cancelJobs(ctx, tx, ids, actor, "fan-out "+job.ID+" cancelled", now)
 }
 
 // fanOutSummary counts a fan-out's children by how they ended.

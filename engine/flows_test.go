@@ -187,3 +187,135 @@ func TestFlowsResolverFenced(t *testing.T) {
 	require.Equal(t, store.JobWaiting, b.job(t, "c").Status)
 	require.Equal(t, engine.ResolveResult{Released: 1}, b.resolve(t))
 }
+
+// step is a noop workflow step.
+func step(name string, needs ...string) engine.WorkflowStepParams {
+	return engine.WorkflowStepParams{Name: name, Needs: needs, Job: engine.SubmitParams{Type: "noop", Payload: json.RawMessage(`{}`)}}
+}
+
+// fields names the steps as the API does.
+func fields(steps ...engine.WorkflowStepParams) []engine.WorkflowStepParams {
+	for i := range steps {
+		steps[i].Field = fmt.Sprintf("steps[%d]", i)
+	}
+	return steps
+}
+
+// TestWorkflows, on MariaDB and SQLite: a diamond workflow (a → b, c → d) runs in order with d
+// claiming b's and c's results and ends done; one whose b fails cancels d and ends failed; a
+// cancel cancels the steps not ended; every change of the workflow is audited.
+func TestWorkflows(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		diamond := func(id string) engine.WorkflowOutcome {
+			out, err := b.eng.SubmitWorkflow(ctx, engine.WorkflowParams{WorkflowID: id, Agent: "tester", Actor: "agent:tester",
+				Spec: json.RawMessage(`{"diamond":true}`), Steps: fields(step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c"))})
+			require.NoError(t, err)
+			b.eng.FlushMarks(ctx)
+			return out
+		}
+		out := diamond("wf1")
+		require.True(t, out.Created)
+		require.Equal(t, store.WorkflowRunning, out.Workflow.Status)
+		require.Equal(t, "wf1.d", out.Steps[3].JobID)
+		require.Equal(t, store.JobPending, b.job(t, "wf1.a").Status)
+		require.Equal(t, store.JobWaiting, b.job(t, "wf1.d").Status)
+		again := diamond("wf1")
+		require.False(t, again.Created, "a resubmit answers the workflow")
+		require.Len(t, again.Steps, 4)
+
+		b.finishJob(t, "wf1.a", true, `"A"`)
+		require.Equal(t, engine.ResolveResult{Released: 2}, b.resolve(t))
+		cb := b.finishJob(t, "wf1.b", true, `"B"`)
+		require.Equal(t, []engine.Parent{{JobID: "wf1.a", Step: "a", Status: "done", Result: json.RawMessage(`"A"`)}}, cb.Parents["wf1.b"])
+		require.Equal(t, store.JobWaiting, b.job(t, "wf1.d").Status, "d waits for c")
+		b.finishJob(t, "wf1.c", true, `"C"`)
+		require.Equal(t, engine.ResolveResult{Released: 1}, b.resolve(t))
+		cd := b.finishJob(t, "wf1.d", true, `"D"`)
+		require.Equal(t, []engine.Parent{
+			{JobID: "wf1.b", Step: "b", Status: "done", Result: json.RawMessage(`"B"`)},
+			{JobID: "wf1.c", Step: "c", Status: "done", Result: json.RawMessage(`"C"`)},
+		}, cd.Parents["wf1.d"])
+		require.Equal(t, engine.ResolveResult{WorkflowsEnded: 1}, b.resolve(t))
+		w, steps, err := b.eng.GetWorkflow(ctx, "wf1")
+		require.NoError(t, err)
+		require.Equal(t, store.WorkflowDone, w.Status)
+		require.NotNil(t, w.FinishedAt)
+		for _, s := range steps {
+			require.Equal(t, store.JobDone, s.JobStatus, s.Step)
+		}
+		require.Equal(t, []string{engine.EventWorkflowCreated, engine.EventWorkflowDone}, b.auditTypes(t, store.WorkflowAuditKey("wf1")))
+
+		// b fails: d is cancelled, the workflow fails.
+		diamond("wf2")
+		b.finishJob(t, "wf2.a", true, `1`)
+		b.resolve(t)
+		b.finishJob(t, "wf2.b", false, "")
+		b.finishJob(t, "wf2.c", true, `1`)
+		require.Equal(t, engine.ResolveResult{Cancelled: 1, WorkflowsEnded: 1}, b.resolve(t))
+		require.Equal(t, store.JobCancelled, b.job(t, "wf2.d").Status)
+		w, _, err = b.eng.GetWorkflow(ctx, "wf2")
+		require.NoError(t, err)
+		require.Equal(t, store.WorkflowFailed, w.Status)
+
+		// A cancel cancels what has not ended; a second one is refused.
+		diamond("wf3")
+		b.finishJob(t, "wf3.a", true, `1`)
+		b.resolve(t)
+		w, err = b.eng.CancelWorkflow(ctx, "wf3", "admin:x")
+		require.NoError(t, err)
+		require.Equal(t, store.WorkflowCancelled, w.Status)
+		for _, id := range []string{"wf3.b", "wf3.c", "wf3.d"} {
+			require.Equal(t, store.JobCancelled, b.job(t, id).Status, id)
+		}
+		require.Equal(t, store.JobDone, b.job(t, "wf3.a").Status)
+		_, err = b.eng.CancelWorkflow(ctx, "wf3", "admin:x")
+		require.ErrorIs(t, err, engine.ErrWorkflowEnded)
+		require.Equal(t, engine.ResolveResult{}, b.resolve(t), "a cancelled workflow is not ended again")
+	})
+}
+
+// TestWorkflowsRefused: a cycle, unknown or repeated needs, bad or duplicate names and a bad
+// step are 400s naming the field; a resubmit with other steps is a mismatch, another agent's
+// id a conflict.
+func TestWorkflowsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	bad := step("x")
+	bad.Job.Type = "nope"
+	for _, tc := range []struct {
+		name, field string
+		steps       []engine.WorkflowStepParams
+	}{
+		{"Cycle", "steps", fields(step("a", "c"), step("b", "a"), step("c", "b"))},
+		{"SelfNeed", "steps[0].needs[0]", fields(step("a", "a"))},
+		{"UnknownNeed", "steps[1].needs[0]", fields(step("a"), step("b", "z"))},
+		{"NeedTwice", "steps[1].needs[1]", fields(step("a"), step("b", "a", "a"))},
+		{"DuplicateName", "steps[1].name", fields(step("a"), step("a"))},
+		{"BadName", "steps[0].name", fields(step("a.b"))},
+		{"BadStep", "steps[1].type", fields(step("a"), bad)},
+		{"NoSteps", "steps", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := b.eng.SubmitWorkflow(ctx, engine.WorkflowParams{Agent: "tester", Steps: tc.steps})
+			var ve *engine.ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Equal(t, tc.field, ve.Field, "%v", err)
+		})
+	}
+	_, err := b.eng.SubmitWorkflow(ctx, engine.WorkflowParams{Agent: "tester", Steps: fields(step("a", "c"), step("b", "a"), step("c", "b"))})
+	require.ErrorContains(t, err, "a -> c -> b -> a")
+
+	p := engine.WorkflowParams{WorkflowID: "w", Agent: "tester", Spec: json.RawMessage(`{"v":1}`), Steps: fields(step("a"))}
+	_, err = b.eng.SubmitWorkflow(ctx, p)
+	require.NoError(t, err)
+	p.Spec = json.RawMessage(`{"v":2}`)
+	_, err = b.eng.SubmitWorkflow(ctx, p)
+	var mm *engine.MismatchError
+	require.ErrorAs(t, err, &mm)
+	p.Agent, p.Spec = "intruder", json.RawMessage(`{"v":1}`)
+	_, err = b.eng.SubmitWorkflow(ctx, p)
+	require.ErrorIs(t, err, store.ErrConflict)
+}
