@@ -167,6 +167,8 @@ type Config struct {
 	Pools Pools `yaml:"pools"`
 	// Flows configures dependencies, workflows and fan-outs (config/flows.go).
 	Flows Flows `yaml:"flows"`
+	// Approvals configures the approval policies and their loops (config/flows.go).
+	Approvals Approvals `yaml:"approvals"`
 	// Security holds the stream cap and the metrics token (config/security.go): top-level keys.
 	Security `yaml:",inline"`
 	// Path is the file Load read ("" when none): the local provisioner's workers read it too.
@@ -476,6 +478,7 @@ func (c *Config) fillDefaults() {
 	c.Scheduler.fillDefaults()
 	c.Admission.fillDefaults()
 	c.Flows.fillDefaults()
+	c.Approvals.fillDefaults()
 	c.Security.fillDefaults()
 	c.fillPools()
 	w := &c.Worker

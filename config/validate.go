@@ -21,6 +21,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateAdmission()...)
 	errs = append(errs, c.validatePools()...)
 	errs = append(errs, c.Flows.validate()...)
+	errs = append(errs, c.validateApprovals()...)
 	errs = append(errs, c.Security.validate()...)
 	if err := c.TLS.validate(); err != nil {
 		errs = append(errs, err)

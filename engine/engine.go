@@ -54,6 +54,8 @@ type Engine struct {
 	nodeLabels cached[map[string]map[string]string]
 	// pools are the pools submit checks pool_id and model_id against.
 	pools poolCache
+	// approvals are the approval policies in force (approvals.go).
+	approvals approvalPolicies
 }
 
 // Options are optional dependencies of New.
@@ -108,6 +110,8 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 	e.onGPUFreed = opts.GPUFreed
 	e.wakeScheduler = opts.WakeScheduler
 	e.wakeFlows = opts.WakeFlows
+	e.approvals.fromConfig = policiesOf(cfg)
+	e.approvals.set(nil) // the table's come with the first refresh
 	e.leases = opts.Leases
 	if e.leases == nil {
 		e.leases = NewLeaseManager(st, cfg, leases.Options{Now: e.now, Logger: opts.Logger})

@@ -74,8 +74,12 @@ func (e *Engine) settleFanOut(ctx context.Context, tx store.Tx, job *store.Job, 
 	return append(events, evs...), err
 }
 
-// cancelFlowOf is what cancelling job takes with it: a fan-out parent's children still going.
+// cancelFlowOf is what cancelling job takes with it: its open approval request, a fan-out
+// parent's children still going.
 func (e *Engine) cancelFlowOf(ctx context.Context, tx store.Tx, job *store.Job, actor string, now time.Time) ([]store.AuditEvent, error) {
+	if err := withdrawApproval(ctx, tx, job, now); err != nil {
+		return nil, err
+	}
 	if !job.Flow.Has(store.FlowFanOut) {
 		return nil, nil
 	}

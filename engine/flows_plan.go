@@ -31,6 +31,8 @@ type flowPlan struct {
 	steps    []store.WorkflowStep
 	// events are audit rows beyond each job's submit (a workflow's creation).
 	events []store.AuditEvent
+	// holds are the plan's jobs that an approval policy holds (approvals.go).
+	holds []approvalHold
 }
 
 // externalParent is an existing job a plan waits for, and the field that named it.
@@ -133,6 +135,13 @@ func (e *Engine) writeFlow(ctx context.Context, tx store.Tx, pl *flowPlan) ([]st
 	events := slices.Clone(pl.events)
 	for i, fj := range pl.jobs {
 		events = append(events, fj.submittedEvent(jobs[i], now))
+	}
+	if len(pl.holds) > 0 {
+		rows, evs := approvalRows(pl, now)
+		if err := tx.ApprovalInsert(ctx, rows); err != nil {
+			return nil, nil, err
+		}
+		events = append(events, evs...)
 	}
 	for i := range events {
 		events[i].TS = now
@@ -244,8 +253,18 @@ func (fj *flowJob) submittedEvent(job store.Job, now time.Time) store.AuditEvent
 	_ = json.Unmarshal(ev.Details, &d)
 	d["status"] = string(fj.status)
 	maps.Copy(d, fj.details)
-	ev.Details, _ = json.Marshal(d)
+	ev.Details = mustJSON(d)
 	return ev
+}
+
+// mustJSON marshals v, made of strings, numbers, times and maps and slices of them, which
+// cannot fail.
+func mustJSON(v any) json.RawMessage {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("engine: marshal %T: %v", v, err))
+	}
+	return raw
 }
 
 // submitFlow submits one job of a flow (depends_on, fan_out, or an approval): its plan in one

@@ -63,7 +63,7 @@ func (e *Engine) ResolveFlows(ctx context.Context, fence Fence, batch int) (Reso
 			res.add(one)
 			released = append(released, rel...)
 		}
-		e.publishReleased(ctx, fence, released)
+		e.publishReleased(ctx, cmpFence(fence, e.fence), released)
 		if len(ids) < batch || failed == len(ids) {
 			break
 		}
@@ -159,6 +159,14 @@ func settleWaiting(ctx context.Context, tx store.Tx, job *store.Job, parents []s
 	return nil, nil
 }
 
+// cmpFence is fence, or def when fence is nil.
+func cmpFence(fence, def Fence) Fence {
+	if fence != nil {
+		return fence
+	}
+	return def
+}
+
 // actorLeader is the audit actor of the leader's own decisions.
 const actorLeader = "leader"
 
@@ -170,14 +178,11 @@ func endedAs(p store.JobParent) string {
 	return string(p.Status)
 }
 
-// publishReleased publishes the jobs the pass released (the scheduler is woken for those it
-// places instead); what fails is the dispatcher's.
+// publishReleased publishes released jobs (the scheduler is woken for those it places
+// instead), their marks behind fence (nil: none); what fails is the dispatcher's.
 func (e *Engine) publishReleased(ctx context.Context, fence Fence, jobs []store.Job) {
 	if len(jobs) == 0 {
 		return
-	}
-	if fence == nil {
-		fence = e.fence
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outbox.PublishTimeout)
 	defer cancel()

@@ -14,6 +14,8 @@ type flowSpec struct {
 	dependsOn []string
 	// tolerant: on_parent_failure run (store.FlowTolerant).
 	tolerant bool
+	// approval is the policy that holds the job for approval (nil: none).
+	approval *store.ApprovalPolicy
 }
 
 // isFlow reports whether p asks for anything of a flow.
@@ -21,11 +23,15 @@ func (p *SubmitParams) isFlow() bool {
 	return len(p.DependsOn) > 0 || p.OnParentFailure != ""
 }
 
-// prepareFlow checks the flow fields of a validated submit and returns its flowSpec, nil for
-// a plain job.
+// prepareFlow checks the flow fields of a validated submit and matches it against the
+// approval policies (in memory: no statement), and returns its flowSpec, nil for a plain job.
 func (e *Engine) prepareFlow(_ context.Context, p *SubmitParams) (*flowSpec, error) {
+	pol := e.approvals.match(p)
 	if !p.isFlow() {
-		return nil, nil
+		if pol == nil {
+			return nil, nil
+		}
+		return &flowSpec{approval: pol}, nil
 	}
 	deps, err := checkDependsOn(p.JobID, p.DependsOn)
 	if err != nil {
@@ -35,7 +41,7 @@ func (e *Engine) prepareFlow(_ context.Context, p *SubmitParams) (*flowSpec, err
 	if err != nil {
 		return nil, err
 	}
-	return &flowSpec{dependsOn: deps, tolerant: tolerant}, nil
+	return &flowSpec{dependsOn: deps, tolerant: tolerant, approval: pol}, nil
 }
 
 // jobPlan is the plan of one submitted job of a flow: the job, waiting for its depends_on.
@@ -55,6 +61,9 @@ func (e *Engine) jobPlan(_ context.Context, r *submitReq) (*flowPlan, error) {
 			pl.deps = append(pl.deps, store.JobDep{JobID: r.p.JobID, ParentID: id})
 			pl.external = append(pl.external, externalParent{id: id, field: fmt.Sprintf("depends_on[%d]", i)})
 		}
+	}
+	if f.approval != nil {
+		holdForApproval(pl, job, f.approval)
 	}
 	return pl, nil
 }

@@ -175,6 +175,9 @@ func (e *Engine) workflowPlan(ctx context.Context, p *WorkflowParams) (*flowPlan
 // (a fan-out's children, an approval; fanout.go, approvals.go). field names it in errors.
 func (e *Engine) addJobFlow(_ context.Context, pl *flowPlan, fj *flowJob, _ string) error {
 	pl.jobs = append(pl.jobs, fj)
+	if f := fj.r.flow; f != nil && f.approval != nil {
+		holdForApproval(pl, fj, f.approval)
+	}
 	return nil
 }
 

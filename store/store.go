@@ -297,6 +297,7 @@ type Executor interface {
 	PoolExecutor
 	NodeExecutor
 	FlowExecutor
+	ApprovalExecutor
 }
 
 // JobExecutor is the operations on orchestrator_jobs.

@@ -131,7 +131,8 @@ written with these commands.`,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd: cmd, err: err} })
 
 	root.AddCommand(newJobsCmd(g), newStatusCmd(g), newLeasesCmd(g), newPoolsCmd(g), newDLQCmd(g),
-		newAdmissionCmd(g), newControlCmd(g), newGPUsCmd(g), newNodesCmd(g), newWorkflowsCmd(g))
+		newAdmissionCmd(g), newControlCmd(g), newGPUsCmd(g), newNodesCmd(g), newWorkflowsCmd(g),
+		newApprovalsCmd(g))
 	walk(root, func(c *cobra.Command) {
 		if c.PreRunE == nil && c.PreRun == nil {
 			c.PreRunE = checkFlags

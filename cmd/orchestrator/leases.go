@@ -8,7 +8,6 @@ import (
 
 	"github.com/gpuorch/orchestrator/config"
 	"github.com/gpuorch/orchestrator/engine"
-	"github.com/gpuorch/orchestrator/flows"
 	"github.com/gpuorch/orchestrator/leases"
 	"github.com/gpuorch/orchestrator/scheduler"
 	"github.com/gpuorch/orchestrator/telemetry"
@@ -79,16 +78,6 @@ func schedulerLoop(cfg *config.Config, eng *engine.Engine, waker *scheduler.Wake
 			Wakes: waker.C(), Fence: fence, Metrics: sm, Stagger: false, Logger: log,
 		}))
 		return &listeningLoop{loop: s, listen: waker.Listen}
-	}
-}
-
-// resolverLoop is the leader's flows resolver (flows.Resolver), woken through waker.
-func resolverLoop(cfg *config.Config, eng *engine.Engine, waker *scheduler.Waker, log *slog.Logger) func(term int64, fence engine.Fence) loop {
-	return func(_ int64, fence engine.Fence) loop {
-		r := flows.NewResolver(eng, flows.ResolverConfig{
-			Interval: cfg.Flows.ResolveInterval, Batch: cfg.Flows.ResolveBatch, Wakes: waker.C(), Fence: fence, Logger: log,
-		})
-		return &listeningLoop{loop: r, listen: waker.Listen}
 	}
 }
 

@@ -184,6 +184,7 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	freed := local.freed(cfg.NodeID)
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: jm, Leases: lm,
 		GPUFreed: func(node string) { freed(node); waker.Wake() }, WakeScheduler: waker.Wake, WakeFlows: flowWaker.Wake})
+	started.push(startPolicyRefresher(ctx, cfg, eng, log))
 	sm := scheduler.NewMetrics(cfg.TypeNames())
 	if err := om.Register(sm); err != nil {
 		return nil, fmt.Errorf("register scheduler metrics: %w", err)
@@ -197,7 +198,7 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 		return nil, err
 	}
 	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, st, eng, sc, rm, log, pw.leaderLoop, schedulerLoop(cfg, eng, waker, sm, log),
-		resolverLoop(cfg, eng, flowWaker, log))))
+		resolverLoop(cfg, eng, flowWaker, log), approvalExpirerLoop(cfg, eng, log))))
 	if err != nil {
 		return nil, err
 	}
