@@ -25,6 +25,7 @@ type workflowBody struct {
 	Agent      string       `json:"agent"`
 	Steps      []stepBody   `json:"steps"`
 	Phases     [][]stepBody `json:"phases"`
+	FanOut     *wire.FanOut `json:"fan_out"`
 }
 
 // stepBody is wire.WorkflowStep with its timeout kept raw.
@@ -41,6 +42,7 @@ type stepBody struct {
 	Constraints     *wire.Constraints `json:"constraints"`
 	PoolID          string            `json:"pool_id"`
 	ModelID         string            `json:"model_id"`
+	FanOut          *wire.FanOut      `json:"fan_out"`
 }
 
 // submitWorkflow handles POST /workflows: 202 for a new workflow, 200 for a workflow_id that
@@ -133,7 +135,7 @@ func (s *Server) workflowParams(id Identity, b workflowBody) (engine.WorkflowPar
 		return p, badRequest("steps", "has %d steps, over the limit of %d", len(steps), engine.MaxWorkflowSteps)
 	}
 	for _, st := range steps {
-		sp, err := s.stepParams(id, agent, st.body)
+		sp, err := s.stepParams(id, agent, st.body, b.FanOut)
 		if err != nil {
 			return p, prefixField(st.field, err)
 		}
@@ -142,11 +144,15 @@ func (s *Server) workflowParams(id Identity, b workflowBody) (engine.WorkflowPar
 	return p, nil
 }
 
-// stepParams checks one step's job as a submit of agent.
-func (s *Server) stepParams(id Identity, agent string, st stepBody) (engine.SubmitParams, error) {
+// stepParams checks one step's job as a submit of agent; fanOut is the workflow's, which a
+// step's own replaces.
+func (s *Server) stepParams(id Identity, agent string, st stepBody, fanOut *wire.FanOut) (engine.SubmitParams, error) {
+	if st.FanOut != nil {
+		fanOut = st.FanOut
+	}
 	sp, err := s.submitParams(id, submitBody{Type: st.Type, Agent: agent, Payload: st.Payload, MaxAttempts: st.MaxAttempts,
 		Timeout: st.Timeout, Resources: st.Resources, Priority: st.Priority, Constraints: st.Constraints, PoolID: st.PoolID,
-		ModelID: st.ModelID})
+		ModelID: st.ModelID, FanOut: fanOut})
 	if err != nil {
 		return sp, err
 	}

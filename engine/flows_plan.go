@@ -300,8 +300,8 @@ func (e *Engine) submitFlow(ctx context.Context, r *submitReq) SubmitOutcome {
 
 // sameParents checks that a resubmit names the depends_on of the job that exists.
 func (e *Engine) sameParents(ctx context.Context, r *submitReq, job store.Job) error {
-	if r.flow == nil {
-		return nil
+	if r.flow == nil || r.flow.fanOut != nil {
+		return nil // a fan-out's children hold its depends_on, and the request their parent's
 	}
 	var have []string
 	if job.Flow.Has(store.FlowHasParents) && !job.Flow.Has(store.FlowFanOut) {

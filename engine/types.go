@@ -36,6 +36,9 @@ type SubmitParams struct {
 	// OnParentFailureCancel ("" too) cancels it, OnParentFailureRun runs it anyway once every
 	// parent has ended.
 	OnParentFailure string
+	// FanOut runs the job once on each node of a group (fanout.go): a parent that never runs
+	// and one child per node.
+	FanOut *FanOut
 
 	// PayloadChecked says the caller decoded Payload from JSON already (the API's decoder
 	// does), so Submit does not scan it once more to check it: with large payloads each scan

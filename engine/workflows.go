@@ -124,6 +124,9 @@ func (e *Engine) workflowPlan(ctx context.Context, p *WorkflowParams) (*flowPlan
 	if err := checkSteps(p.Steps); err != nil {
 		return nil, nil, err
 	}
+	if len(p.Spec) == 0 {
+		p.Spec = json.RawMessage(`{}`)
+	}
 	pl := &flowPlan{agent: p.Agent, workflow: &store.Workflow{ID: p.WorkflowID, Agent: p.Agent,
 		Status: store.WorkflowRunning, Spec: p.Spec, CreatedBy: p.Actor}}
 	var steps []store.WorkflowStep
@@ -144,19 +147,18 @@ func (e *Engine) workflowPlan(ctx context.Context, p *WorkflowParams) (*flowPlan
 		}
 		fj := &flowJob{r: r, status: store.JobPending, flow: store.FlowHasDependents, // the workflow waits for it
 			details: map[string]any{"workflow_id": p.WorkflowID, "step": s.Name}}
+		parents := make([]parentRef, 0, len(s.Needs))
+		for _, n := range s.Needs {
+			parents = append(parents, parentRef{id: p.WorkflowID + "." + n, label: n})
+		}
 		if len(s.Needs) > 0 {
-			fj.status, fj.flow = store.JobWaiting, fj.flow|store.FlowHasParents
 			fj.details["needs"] = s.Needs
 			if tolerant {
-				fj.flow |= store.FlowTolerant
 				fj.details["on_parent_failure"] = OnParentFailureRun
 			}
 		}
-		for _, n := range s.Needs {
-			pl.deps = append(pl.deps, store.JobDep{JobID: jp.JobID, ParentID: p.WorkflowID + "." + n, Label: n})
-		}
-		if err := e.addJobFlow(ctx, pl, fj, s.Field); err != nil {
-			return nil, nil, err
+		if err := e.planJob(ctx, pl, fj, parents, tolerant); err != nil {
+			return nil, nil, prefixed(s.Field, err)
 		}
 		steps = append(steps, store.WorkflowStep{WorkflowID: p.WorkflowID, Step: s.Name, JobID: jp.JobID,
 			Needs: s.Needs, Phase: s.Phase, Position: i})
@@ -169,16 +171,6 @@ func (e *Engine) workflowPlan(ctx context.Context, p *WorkflowParams) (*flowPlan
 	pl.events = append(pl.events, workflowEvent(p.WorkflowID, EventWorkflowCreated, p.Actor, time.Time{},
 		map[string]any{"agent": p.Agent, "steps": names}))
 	return pl, steps, nil
-}
-
-// addJobFlow adds a prepared job to the plan: the job itself, and what its own flow brings
-// (a fan-out's children, an approval; fanout.go, approvals.go). field names it in errors.
-func (e *Engine) addJobFlow(_ context.Context, pl *flowPlan, fj *flowJob, _ string) error {
-	pl.jobs = append(pl.jobs, fj)
-	if f := fj.r.flow; f != nil && f.approval != nil {
-		holdForApproval(pl, fj, f.approval)
-	}
-	return nil
 }
 
 // checkSteps checks the steps' names and needs: unique names, needs naming other steps, each

@@ -74,6 +74,10 @@ type SubmitRequest struct {
 	// OnParentFailure is cancel (the default) or run: run the job once every parent has
 	// ended, however they ended.
 	OnParentFailure string `json:"on_parent_failure,omitempty"`
+	// FanOut runs the job once on each node of a group: one child job per node (id
+	// "<job_id>.<node>"), and this job as their parent, which never runs itself and ends once
+	// every child has (done with their results by node, or failed as the strategy says).
+	FanOut *FanOut `json:"fan_out,omitempty"`
 }
 
 // Constraints narrow the nodes a job may be placed on; every rule given must hold.
@@ -193,6 +197,11 @@ type Job struct {
 	UpdatedAt   time.Time       `json:"updated_at"`
 	StartedAt   *time.Time      `json:"started_at,omitempty"`
 	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	// DependsOn are the jobs this one waits for (depends_on, a workflow step's needs), shown
+	// by GET /jobs/{id}.
+	DependsOn []string `json:"depends_on,omitempty"`
+	// FanOutChildren are a fan-out parent's children by node, shown by GET /jobs/{id}.
+	FanOutChildren map[string]string `json:"fan_out_children,omitempty"`
 }
 
 // JobList is a page of GET /jobs. NextCursor is empty on the last page.

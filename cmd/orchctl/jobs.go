@@ -59,6 +59,7 @@ type submitFlags struct {
 	timeout     time.Duration
 	resources   client.Resources
 	constraints client.Constraints
+	fanOut      client.FanOut
 	priority    int
 	quiet       bool
 	wait        bool
@@ -86,8 +87,11 @@ cluster could ever place is refused (unsatisfiable). --node-selector, --allow-no
 and --max-per-node constrain the nodes a job may be placed on (orchctl nodes list shows their
 labels); --pool and --model route it to the workers of one pool, or of a pool serving the model.
 --depends-on makes the job wait (status waiting) until those jobs of the same agent have ended
-done; one that ends dead_letter or cancelled cancels it, unless --on-parent-failure run. --quiet
-prints only the job id (for JOB=$(orchctl jobs submit ... -q)).
+done; one that ends dead_letter or cancelled cancels it, unless --on-parent-failure run.
+--fan-out-all, --fan-out-node and --fan-out-selector run the job once on each node of a group (a
+child "<job id>.<node>" per node; the job is their parent and ends when they all have);
+--fan-out-strategy continue lets every child run when one fails. --quiet prints only the job id
+(for JOB=$(orchctl jobs submit ... -q)).
 
 With --wait, orchctl then waits for the job like "jobs wait" (--poll, --wait-timeout) and exits
 with its exit codes: 0 done, 3 dead_letter, 4 cancelled, 5 timed out. With -o json and --wait,
@@ -98,6 +102,7 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
   orchctl jobs submit --type train --agent ml --gpus 2 --gpu-memory-mb 60000 --exclusive
   orchctl jobs submit --type train --agent ml --node-selector tier=prod --deny-node gpu-07 --max-per-node 1
   orchctl jobs submit --type report --agent etl --depends-on extract-1,extract-2
+  orchctl jobs submit --type upgrade --agent ops --fan-out-selector zone=a --fan-out-strategy continue
   generate-payload | orchctl jobs submit --type ingest --agent etl --payload-file - -q`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: runWithFlags(g.submit, &f),
@@ -122,6 +127,10 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 	fl.StringVar(&f.req.ModelID, "model", "", "only the workers of a pool serving this model run the job")
 	fl.StringSliceVar(&f.req.DependsOn, "depends-on", nil, "wait until these jobs (of the same agent) have ended done (repeat, or comma-separate)")
 	fl.StringVar(&f.req.OnParentFailure, "on-parent-failure", "", "with --depends-on: cancel (default) or run when a parent fails")
+	fl.BoolVar(&f.fanOut.All, "fan-out-all", false, "run the job once on every ready node")
+	fl.StringSliceVar(&f.fanOut.Nodes, "fan-out-node", nil, "run the job once on this node (repeat for several)")
+	fl.StringToStringVar(&f.fanOut.NodeSelector, "fan-out-selector", nil, "run the job once on each ready node with this label, KEY=VALUE")
+	fl.StringVar(&f.fanOut.Strategy, "fan-out-strategy", "", "fail_fast (default: a failing child cancels the others) or continue")
 	fl.IntVar(&f.priority, "priority", 0, "0..9, higher first among GPU jobs waiting for room (default: the job type's)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the job id")
 	fl.BoolVar(&f.wait, "wait", false, "wait until the job is finished (exit codes as jobs wait)")
@@ -157,6 +166,9 @@ func (g *globals) submit(cmd *cobra.Command, f *submitFlags) error {
 	}
 	if c := f.constraints; len(c.NodeSelector) > 0 || len(c.AllowNodes) > 0 || len(c.DenyNodes) > 0 || c.MaxPerNode != 0 {
 		req.Constraints = &c
+	}
+	if fo := f.fanOut; fo.All || len(fo.Nodes) > 0 || len(fo.NodeSelector) > 0 || fo.Strategy != "" {
+		req.FanOut = &fo
 	}
 	if f.wait {
 		if err := f.waitOpts.check(cmd); err != nil {
