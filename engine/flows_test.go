@@ -319,3 +319,36 @@ func TestWorkflowsRefused(t *testing.T) {
 	_, err = b.eng.SubmitWorkflow(ctx, p)
 	require.ErrorIs(t, err, store.ErrConflict)
 }
+
+// TestFlowsRetention: once retention deleted a flow's jobs, their dependency rows and
+// approval requests go too, and the ended workflow after the longest retention of a type.
+func TestFlowsRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.eng.SubmitWorkflow(ctx, engine.WorkflowParams{WorkflowID: "old", Agent: "tester", Steps: fields(step("a"), step("b", "a"))})
+	require.NoError(t, err)
+	b.eng.FlushMarks(ctx)
+	_, err = b.eng.SetApprovalPolicy(ctx, store.ApprovalPolicy{Name: "sleepy", Type: "sleep"}, "admin:x")
+	require.NoError(t, err)
+	b.submitTyped(t, "held", "sleep")
+	_, err = b.decide(t, "held", "approver:ann", false)
+	require.NoError(t, err)
+	b.finishJob(t, "old.a", true, `1`)
+	b.resolve(t)
+	b.finishJob(t, "old.b", true, `2`)
+	require.Equal(t, engine.ResolveResult{WorkflowsEnded: 1}, b.resolve(t))
+
+	b.clock.Add(30 * day)
+	res := b.retention(t, 100)
+	require.Equal(t, 3, res.Jobs)
+	require.False(t, b.exists(t, "old.b"))
+	_, err = b.store.WorkflowGet(ctx, "old", false)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	ps, err := b.store.JobParents(ctx, []string{"old.b"}, 0)
+	require.NoError(t, err)
+	require.Empty(t, ps, "the dependency rows of a deleted job are gone")
+	_, err = b.store.ApprovalGet(ctx, "held", false)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.GreaterOrEqual(t, res.Flows, 3)
+}
