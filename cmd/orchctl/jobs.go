@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/nodelabels"
 )
 
 // Job states as the API shows them (docs/architecture.md, "Job states"). The client package has no constants for
@@ -303,6 +304,7 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		{"PLACED ON", orDash(placedOn(j))},
 		{"ROUTE", orDash(route(j))},
 		{"CONSTRAINTS", fmtConstraints(j.Constraints)},
+		{"WAITS FOR", orDash(waitsFor(j))},
 		{"TIMEOUT", time.Duration(j.Timeout).String()},
 		{"ENQUEUED", enqueued},
 		{"AVAILABLE AT", fmtTime(j.AvailableAt, now)},
@@ -317,6 +319,15 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		t.row(kv[0], kv[1])
 	}
 	return t.flush()
+}
+
+// waitsFor says what a job of a flow waits for: its depends_on, or a fan-out's children by
+// node ("node-a=fo.node-a node-b=fo.node-b").
+func waitsFor(j client.Job) string {
+	if len(j.FanOutChildren) > 0 {
+		return "fan-out children " + nodelabels.String(j.FanOutChildren)
+	}
+	return strings.Join(j.DependsOn, ",")
 }
 
 // placedOn says where a pending job is placed: "node-7", or "node-7, for pool mistral".
