@@ -20,18 +20,20 @@ import (
 // Job states as the API shows them (docs/architecture.md, "Job states"). The client package has no constants for
 // them; these are the ones orchctl must know: which are terminal, and what --status completes to.
 const (
-	statusPending    = "pending"
-	statusClaimed    = "claimed"
-	statusRunning    = "running"
-	statusDone       = "done"
-	statusFailed     = "failed"
-	statusDeadLetter = "dead_letter"
-	statusCancelled  = "cancelled"
+	statusAwaitingApproval = "awaiting_approval"
+	statusWaiting          = "waiting"
+	statusPending          = "pending"
+	statusClaimed          = "claimed"
+	statusRunning          = "running"
+	statusDone             = "done"
+	statusFailed           = "failed"
+	statusDeadLetter       = "dead_letter"
+	statusCancelled        = "cancelled"
 )
 
 // jobStatuses lists every job state in lifecycle order (progress lines count them in this order).
-var jobStatuses = []string{statusPending, statusClaimed, statusRunning, statusDone, statusFailed,
-	statusDeadLetter, statusCancelled}
+var jobStatuses = []string{statusAwaitingApproval, statusWaiting, statusPending, statusClaimed, statusRunning, statusDone,
+	statusFailed, statusDeadLetter, statusCancelled}
 
 // terminal reports whether nothing automatic changes a job in this state any more.
 func terminal(status string) bool {
