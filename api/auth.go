@@ -26,11 +26,13 @@ type Identity struct {
 	Role Role
 	// Agent is the agent of an agent token.
 	Agent string
+	// Name is the person of an approver token.
+	Name string
 	// TokenID is the first 8 hex digits of the token's hash ("loopback" in dev mode).
 	TokenID string
 }
 
-// Actor is the audit actor string: "agent:NAME" or "admin:<token id>". The engine records
+// Actor is the audit actor string: "agent:NAME", "approver:NAME" or "admin:<token id>". The engine records
 // worker calls under the worker_id of the request ("worker:ID"); for a worker token outside those
 // calls the token id stands in.
 func (id Identity) Actor() string {
@@ -39,6 +41,8 @@ func (id Identity) Actor() string {
 		return "agent:" + id.Agent
 	case RoleWorker:
 		return "worker:" + id.TokenID
+	case RoleApprover:
+		return "approver:" + id.Name
 	}
 	return "admin:" + id.TokenID
 }
@@ -97,7 +101,7 @@ func (s *Server) authenticate(c *gin.Context) (Identity, *Error) {
 	if !ok {
 		return Identity{}, unauthorized("unknown token")
 	}
-	return Identity{Role: rec.Role, Agent: rec.Agent, TokenID: rec.ID()}, nil
+	return Identity{Role: rec.Role, Agent: rec.Agent, Name: rec.Name, TokenID: rec.ID()}, nil
 }
 
 // requireRole authenticates the request and lets it through only for the given roles. The

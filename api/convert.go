@@ -98,9 +98,10 @@ func utcPtr(t *time.Time) *time.Time {
 	return &u
 }
 
-// claimedToWire converts the jobs a claim took, with their leases. The attempt of a claimed
-// job is its attempt count, which the claim incremented.
-func claimedToWire(jobs []store.Job, leases map[string]store.Lease) []wire.ClaimedJob {
+// claimedToWire converts the jobs a claim took, with their leases and the parents of those
+// that have some. The attempt of a claimed job is its attempt count, which the claim
+// incremented.
+func claimedToWire(jobs []store.Job, leases map[string]store.Lease, parents map[string][]engine.Parent) []wire.ClaimedJob {
 	out := make([]wire.ClaimedJob, 0, len(jobs))
 	for _, j := range jobs {
 		payload := j.Payload
@@ -121,6 +122,9 @@ func claimedToWire(jobs []store.Job, leases map[string]store.Lease) []wire.Claim
 			if l.GPUIndex != nil {
 				cj.GPUMemoryMB = l.MemoryMB
 			}
+		}
+		for _, p := range parents[j.ID] {
+			cj.Parents = append(cj.Parents, wire.Parent(p))
 		}
 		out = append(out, cj)
 	}

@@ -84,6 +84,9 @@ func (s *Server) dlqAction(c *gin.Context, act func(ctx context.Context, jobID, 
 	case errors.Is(err, engine.ErrNotDeadLetter):
 		s.writeError(c, &Error{Status: http.StatusConflict, Code: CodeNotDeadLetter, Message: err.Error()})
 		return
+	case errors.Is(err, engine.ErrNotReplayable):
+		s.writeError(c, &Error{Status: http.StatusConflict, Code: CodeConflict, Message: err.Error()})
+		return
 	case err != nil:
 		s.writeError(c, err)
 		return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -258,10 +259,14 @@ func (f *sseFeed) write(s string) {
 
 // send writes one audit row as an event named after its type.
 func (f *sseFeed) send(ev store.AuditEvent) {
-	data, _ := json.Marshal(wire.Event{
+	out := wire.Event{
 		ID: ev.ID, TS: ev.TS.UTC(), EventType: ev.EventType, JobID: ev.JobID, PoolID: ev.PoolID,
 		Actor: ev.Actor, Details: ev.Details,
-	})
+	}
+	if wf, ok := strings.CutPrefix(ev.JobID, store.WorkflowAuditPrefix); ok {
+		out.JobID, out.WorkflowID = "", wf // a workflow's row (store.WorkflowAuditKey)
+	}
+	data, _ := json.Marshal(out)
 	f.write(fmt.Sprintf("id: %d\nevent: %s\ndata: %s\n\n", ev.ID, ev.EventType, data))
 }
 

@@ -73,7 +73,7 @@ func (s *Server) claim(c *gin.Context) {
 	}
 	s.traceClaims(c.Request.Context(), start, req, res)
 	body, err := encodeClaimResponse(wire.ClaimResponse{
-		Claimed:  claimedToWire(res.Claimed, res.Leases),
+		Claimed:  claimedToWire(res.Claimed, res.Leases, res.Parents),
 		Refused:  refusalsToWire(res.Refused),
 		Outcomes: outcomesToWire(res.Outcomes),
 		Cancel:   res.Cancel,

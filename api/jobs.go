@@ -38,6 +38,10 @@ type submitBody struct {
 	PoolID      string            `json:"pool_id"`
 	ModelID     string            `json:"model_id"`
 	CallbackURL string            `json:"callback_url"`
+	DependsOn   []string          `json:"depends_on"`
+	// OnParentFailure: cancel or run.
+	OnParentFailure string       `json:"on_parent_failure"`
+	FanOut          *wire.FanOut `json:"fan_out"`
 }
 
 // submit handles POST /jobs/submit: 202 for a new job, 200 for a job_id that exists already.
@@ -100,7 +104,8 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 	}
 	// decodeJSON has checked the payload: a json.RawMessage holds a value the decoder read.
 	p := engine.SubmitParams{JobID: b.JobID, Type: b.Type, Agent: b.Agent, Payload: b.Payload, PayloadChecked: true,
-		PoolID: b.PoolID, ModelID: b.ModelID, Actor: id.Actor(), CallbackURL: b.CallbackURL}
+		PoolID: b.PoolID, ModelID: b.ModelID, Actor: id.Actor(), CallbackURL: b.CallbackURL, DependsOn: b.DependsOn,
+		OnParentFailure: b.OnParentFailure}
 	switch {
 	case p.JobID != "" && !engine.JobIDPattern.MatchString(p.JobID):
 		return p, badID("job_id", engine.JobIDPattern)
@@ -143,7 +148,16 @@ func (s *Server) submitParams(id Identity, b submitBody) (engine.SubmitParams, e
 		p.Constraints = &store.Constraints{NodeSelector: c.NodeSelector, AllowNodes: c.AllowNodes, DenyNodes: c.DenyNodes,
 			MaxPerNode: c.MaxPerNode}
 	}
+	p.FanOut = fanOutFromWire(b.FanOut)
 	return p, nil
+}
+
+// fanOutFromWire is a submit's fan-out (nil: none).
+func fanOutFromWire(f *wire.FanOut) *engine.FanOut {
+	if f == nil {
+		return nil
+	}
+	return &engine.FanOut{NodeSelector: f.NodeSelector, Nodes: f.Nodes, All: f.All, Strategy: f.Strategy}
 }
 
 // parseTimeout reads a submit's timeout: seconds (a number) or a Go duration string, in
@@ -193,7 +207,34 @@ func (s *Server) getJob(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, jobToWire(job))
+	out := jobToWire(job)
+	if job.Flow.Has(store.FlowHasParents) {
+		// Only a job that waits for others reads its dependencies.
+		if err := s.flowOf(c, job, &out); err != nil {
+			s.writeError(c, err)
+			return
+		}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// flowOf adds to out what job waits for: its parents, or a fan-out parent's children by node.
+func (s *Server) flowOf(c *gin.Context, job store.Job, out *wire.Job) error {
+	parents, err := s.engine.Parents(c.Request.Context(), job.ID)
+	if err != nil {
+		return err
+	}
+	for _, p := range parents {
+		if job.Flow.Has(store.FlowFanOut) {
+			if out.FanOutChildren == nil {
+				out.FanOutChildren = map[string]string{}
+			}
+			out.FanOutChildren[p.Label] = p.ParentID
+			continue
+		}
+		out.DependsOn = append(out.DependsOn, p.ParentID)
+	}
+	return nil
 }
 
 // visibleJob loads the job of the :id path parameter if the caller may see it.

@@ -21,16 +21,20 @@ import (
 // Role is what a bearer token may do.
 type Role string
 
-// Roles. An agent submits and watches its own jobs; a worker claims and completes jobs; an admin
-// may do everything.
+// Roles. An agent submits and watches its own jobs; a worker claims and completes jobs; an
+// approver lists the jobs held for approval and approves or rejects them; an admin may do
+// everything.
 const (
-	RoleAgent  Role = "agent"
-	RoleWorker Role = "worker"
-	RoleAdmin  Role = "admin"
+	RoleAgent    Role = "agent"
+	RoleWorker   Role = "worker"
+	RoleAdmin    Role = "admin"
+	RoleApprover Role = "approver"
 )
 
 // Valid reports whether r is a known role.
-func (r Role) Valid() bool { return r == RoleAgent || r == RoleWorker || r == RoleAdmin }
+func (r Role) Valid() bool {
+	return r == RoleAgent || r == RoleWorker || r == RoleAdmin || r == RoleApprover
+}
 
 // TokenPrefix starts every generated token, so a leaked one is easy to recognise (secret scanners).
 const TokenPrefix = "orch_"
@@ -54,6 +58,9 @@ type TokenRecord struct {
 	// Pool, when set, is the only pool a worker token may claim and register in (pool=p; role
 	// worker only); its claims and registrations must name it. Empty: any pool, or none.
 	Pool string
+	// Name is the person an approver token is (name=ann; role approver only, required): the
+	// audit names its decisions "approver:<name>", and two keys are two names.
+	Name string
 }
 
 // ID is the short, loggable id of the token: the first 8 hex digits of its hash.
@@ -68,6 +75,9 @@ func (r TokenRecord) Line() string {
 	line := fmt.Sprintf("%s %s", r.Hash, r.Role)
 	if r.Role == RoleAgent {
 		line += " agent=" + r.Agent
+	}
+	if r.Role == RoleApprover {
+		line += " name=" + r.Name
 	}
 	if r.Types != nil {
 		line += " types=" + strings.Join(r.Types, ",")
@@ -201,7 +211,7 @@ func (t *Tokens) addLine(line string) error {
 		return nil
 	}
 	if len(fields) > 5 {
-		return fmt.Errorf("want \"<sha256hex> <role> [agent=<name>] [types=<a,b>] [pool=<id>]\", got %d fields", len(fields))
+		return fmt.Errorf("want \"<sha256hex> <role> [agent=<name>] [types=<a,b>] [pool=<id>] [name=<approver>]\", got %d fields", len(fields))
 	}
 	rec := TokenRecord{Hash: strings.ToLower(fields[0])}
 	if len(fields) > 1 {
@@ -211,7 +221,7 @@ func (t *Tokens) addLine(line string) error {
 	for _, f := range fields[min(2, len(fields)):] {
 		key, value, ok := strings.Cut(f, "=")
 		if !ok || seen[key] {
-			return fmt.Errorf("field %q: want one each of agent=<name>, types=<a,b>, pool=<id>", f)
+			return fmt.Errorf("field %q: want one each of agent=<name>, types=<a,b>, pool=<id>, name=<approver>", f)
 		}
 		seen[key] = true
 		switch key {
@@ -223,8 +233,10 @@ func (t *Tokens) addLine(line string) error {
 			if rec.Pool = value; value == "" {
 				return errors.New("pool= needs a pool id")
 			}
+		case "name":
+			rec.Name = value
 		default:
-			return fmt.Errorf("field %q: unknown key %q: want agent=, types= or pool=", f, key)
+			return fmt.Errorf("field %q: unknown key %q: want agent=, types=, pool= or name=", f, key)
 		}
 	}
 	if !hashRE.MatchString(rec.Hash) {
@@ -245,9 +257,15 @@ func (t *Tokens) addLine(line string) error {
 func (r TokenRecord) validate() error {
 	switch {
 	case r.Role == "":
-		return errors.New("missing role: want agent, worker or admin")
+		return errors.New("missing role: want agent, worker, admin or approver")
 	case !r.Role.Valid():
-		return fmt.Errorf("role %q: want agent, worker or admin", r.Role)
+		return fmt.Errorf("role %q: want agent, worker, admin or approver", r.Role)
+	case r.Role == RoleApprover && r.Name == "":
+		return errors.New("role approver needs name=<who>: the audit names each decision's approver")
+	case r.Role == RoleApprover && !engine.AgentPattern.MatchString(r.Name):
+		return fmt.Errorf("name %q: want %s", r.Name, engine.AgentPattern.Rule())
+	case r.Role != RoleApprover && r.Name != "":
+		return fmt.Errorf("name= is only for role approver, not %s", r.Role)
 	case r.Role == RoleAgent && r.Agent == "":
 		return errors.New("role agent needs agent=<name>")
 	case r.Role == RoleAgent && !engine.AgentPattern.MatchString(r.Agent):

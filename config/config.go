@@ -170,6 +170,10 @@ type Config struct {
 	// Webhooks configures subscriptions' deliveries, job callbacks and pre-run hooks
 	// (config/webhooks.go).
 	Webhooks Webhooks `yaml:"webhooks"`
+	// Flows configures dependencies, workflows and fan-outs (config/flows.go).
+	Flows Flows `yaml:"flows"`
+	// Approvals configures the approval policies and their loops (config/flows.go).
+	Approvals Approvals `yaml:"approvals"`
 	// Security holds the stream cap and the metrics token (config/security.go): top-level keys.
 	Security `yaml:",inline"`
 	// Path is the file Load read ("" when none): the local provisioner's workers read it too.
@@ -485,6 +489,8 @@ func (c *Config) fillDefaults() {
 	c.Scheduler.fillDefaults()
 	c.Admission.fillDefaults()
 	c.Schedules.fillDefaults()
+	c.Flows.fillDefaults()
+	c.Approvals.fillDefaults()
 	c.Security.fillDefaults()
 	c.Webhooks.fillDefaults()
 	c.fillPools()

@@ -21,6 +21,8 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.Schedules.validate()...)
 	errs = append(errs, c.validateAdmission()...)
 	errs = append(errs, c.validatePools()...)
+	errs = append(errs, c.Flows.validate()...)
+	errs = append(errs, c.validateApprovals()...)
 	errs = append(errs, c.Security.validate()...)
 	errs = append(errs, c.validateWebhooks()...)
 	if err := c.TLS.validate(); err != nil {

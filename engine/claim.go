@@ -90,6 +90,10 @@ func (e *Engine) claimIn(ctx context.Context, tx store.Tx, p ClaimParams, delive
 	for _, pl := range plans {
 		res.Claimed = append(res.Claimed, *pl.job)
 	}
+	// Only a job with parents costs a read here (flows.go).
+	if res.Parents, err = e.claimParents(ctx, tx, res.Claimed); err != nil {
+		return res, freed, err
+	}
 	// The worker acks and drops an entry refused as not due. Such an entry is stale (the
 	// job failed back to pending after it was published): hand the job back to the
 	// dispatcher, which publishes it when due, so no dropped entry can strand it.

@@ -16,6 +16,10 @@ import (
 // queue: another status, or a dead letter already purged. The API answers 409.
 var ErrNotDeadLetter = errors.New("job is not in the dead-letter queue")
 
+// ErrNotReplayable is returned by Replay for a dead letter that cannot run again: a fan-out
+// parent, whose children ran. The API answers 409.
+var ErrNotReplayable = errors.New("dead letter cannot be replayed")
+
 // EventDLQPurged is the audit event of a purge (a replay is the transition
 // job.dead_letter->pending).
 const EventDLQPurged = "dlq.purged"
@@ -49,6 +53,9 @@ func (e *Engine) Replay(ctx context.Context, jobID, actor string) (store.Job, er
 		var err error
 		if job, err = lockDeadLetter(ctx, tx, jobID); err != nil {
 			return err
+		}
+		if job.Flow.Has(store.FlowFanOut) {
+			return fmt.Errorf("%w: job %s is a fan-out parent, which never runs: submit the fan-out again", ErrNotReplayable, job.ID)
 		}
 		dlqID = dlqEntryOf(job)
 		budget := config.MaxAttemptsDefault

@@ -44,6 +44,8 @@ type Engine struct {
 	onGPUFreed func(nodeID string)
 	// wakeScheduler: see Options.WakeScheduler.
 	wakeScheduler func()
+	// wakeFlows: see Options.WakeFlows.
+	wakeFlows func()
 	// outbox commits submits in groups and publishes committed jobs.
 	outbox *outbox.Outbox[*submitReq]
 	// redisStartsEmpty: see Options.RedisStartsEmpty.
@@ -52,6 +54,8 @@ type Engine struct {
 	nodeLabels cached[map[string]map[string]string]
 	// pools are the pools submit checks pool_id and model_id against.
 	pools poolCache
+	// approvals are the approval policies in force (approvals.go).
+	approvals approvalPolicies
 }
 
 // Options are optional dependencies of New.
@@ -79,6 +83,10 @@ type Options struct {
 	// them, or a scheduled job without GPUs gave back its worker slot): the wiring wakes the
 	// leader's scheduler, wherever it runs.
 	WakeScheduler func()
+	// WakeFlows, when set, is called when the flows' resolver has work: a transaction ended a
+	// job that others wait for (store.FlowHasDependents), or a submit wrote jobs that wait.
+	// The wiring wakes the leader's resolver, wherever it runs.
+	WakeFlows func()
 	// RedisStartsEmpty says the Redis is new and empty at every start of the process, as the
 	// embedded mode's is: a recovery for its missing marker is how the process starts, not a
 	// loss, and RecoverRedis logs it at info level instead of warning.
@@ -101,12 +109,15 @@ func New(st store.Store, sc *streams.Client, cfg *config.Config, opts Options) *
 	e.redisStartsEmpty = opts.RedisStartsEmpty
 	e.onGPUFreed = opts.GPUFreed
 	e.wakeScheduler = opts.WakeScheduler
+	e.wakeFlows = opts.WakeFlows
+	e.approvals.fromConfig = policiesOf(cfg)
+	e.approvals.set(nil) // the table's come with the first refresh
 	e.leases = opts.Leases
 	if e.leases == nil {
 		e.leases = NewLeaseManager(st, cfg, leases.Options{Now: e.now, Logger: opts.Logger})
 	}
-	if opts.Observer != nil {
-		e.store = &observedStore{Store: st, obs: opts.Observer}
+	if opts.Observer != nil || opts.WakeFlows != nil {
+		e.store = &observedStore{Store: st, obs: opts.Observer, wake: opts.WakeFlows}
 	}
 	e.outbox = outbox.New(outbox.Options{
 		Store:   e.store,
@@ -135,6 +146,13 @@ func NewLeaseManager(st store.Store, cfg *config.Config, opts leases.Options) *l
 		lm, _ = leases.New(st, leases.Config{}, opts)
 	}
 	return lm
+}
+
+// WakeFlows asks the leader's resolver for a pass soon (Options.WakeFlows); it never blocks.
+func (e *Engine) WakeFlows() {
+	if e.wakeFlows != nil {
+		e.wakeFlows()
+	}
 }
 
 // nowUTC is the engine clock in UTC, truncated to microseconds (the database's precision) so

@@ -11,7 +11,8 @@ import (
 type JobChange struct {
 	JobID string
 	Type  string
-	// From is the status before; empty for a submit (a new pending job).
+	// From is the status before; empty for a submit (a new job: pending, or waiting or
+	// awaiting_approval for a job of a flow).
 	From store.JobStatus
 	To   store.JobStatus
 	// At is when the change was made (the engine clock).
@@ -38,23 +39,33 @@ type Observer interface {
 
 // observedStore reports the job changes of committed transactions to an Observer. The engine
 // wraps its store in it, so that every transaction of every engine operation is observed
-// without each operation knowing; transition records into the observedTx it is given.
+// without each operation knowing; transition records into the observedTx it is given. It also
+// wakes the flows' resolver once a transaction that ended a job other jobs wait for commits
+// (store.FlowHasDependents, a bit of the row the transition read: no statement of its own).
 type observedStore struct {
 	store.Store
-	obs Observer
+	obs Observer // nil: none
+	// wake is called after a commit that ended a job with dependents (nil: none).
+	wake func()
 }
 
 // WithTx runs fn with a recording transaction and reports what it recorded once it commits.
 func (s *observedStore) WithTx(ctx context.Context, fn func(store.Tx) error) error {
-	var changes []JobChange
+	var (
+		changes []JobChange
+		ended   bool
+	)
 	err := s.Store.WithTx(ctx, func(tx store.Tx) error {
 		otx := &observedTx{Tx: tx}
 		err := fn(otx)
-		changes = otx.changes // only the last (committing) attempt counts
+		changes, ended = otx.changes, otx.dependedOnEnded // only the last (committing) attempt counts
 		return err
 	})
-	if err == nil && len(changes) > 0 {
+	if err == nil && len(changes) > 0 && s.obs != nil {
 		s.obs.ObserveJobs(changes)
+	}
+	if err == nil && ended && s.wake != nil {
+		s.wake()
 	}
 	return err
 }
@@ -63,13 +74,15 @@ func (s *observedStore) WithTx(ctx context.Context, fn func(store.Tx) error) err
 type observedTx struct {
 	store.Tx
 	changes []JobChange
+	// dependedOnEnded: a job other jobs wait for ended in this transaction.
+	dependedOnEnded bool
 }
 
 // JobInsert records a submit: a job that was inserted (not one that existed).
 func (t *observedTx) JobInsert(ctx context.Context, p store.JobInsertParams) (store.Job, bool, error) {
 	j, inserted, err := t.Tx.JobInsert(ctx, p)
 	if err == nil && inserted {
-		t.changes = append(t.changes, JobChange{JobID: j.ID, Type: j.Type, To: store.JobPending, At: p.Now})
+		t.changes = append(t.changes, JobChange{JobID: j.ID, Type: j.Type, To: j.Status, At: p.Now})
 	}
 	return j, inserted, err
 }
@@ -79,7 +92,7 @@ func (t *observedTx) JobInsertMany(ctx context.Context, ps []store.JobInsertPara
 	jobs, err := t.Tx.JobInsertMany(ctx, ps)
 	if err == nil {
 		for i, j := range jobs {
-			t.changes = append(t.changes, JobChange{JobID: j.ID, Type: j.Type, To: store.JobPending, At: ps[i].Now})
+			t.changes = append(t.changes, JobChange{JobID: j.ID, Type: j.Type, To: j.Status, At: ps[i].Now})
 		}
 	}
 	return jobs, err
@@ -90,6 +103,9 @@ func recordTransition(tx store.Executor, from store.JobStatus, j *store.Job, at 
 	otx, ok := tx.(*observedTx)
 	if !ok {
 		return
+	}
+	if j.Flow.Has(store.FlowHasDependents) && j.Status.Terminal() {
+		otx.dependedOnEnded = true
 	}
 	c := JobChange{JobID: j.ID, Type: j.Type, From: from, To: j.Status, At: at, GPU: j.GPUMemoryMB > 0}
 	switch {

@@ -27,3 +27,13 @@ func (e *Engine) List(ctx context.Context, p store.JobListParams) ([]store.Job, 
 	}
 	return jobs, nil
 }
+
+// Parents returns the dependency rows of job id: the jobs it waits for (a fan-out parent's:
+// its children, labelled with their nodes), without their results.
+func (e *Engine) Parents(ctx context.Context, id string) ([]store.JobParent, error) {
+	ps, err := e.store.JobParents(ctx, []string{id}, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read the parents of job %s: %w", id, err)
+	}
+	return ps, nil
+}

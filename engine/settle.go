@@ -79,6 +79,9 @@ func Decide(job *store.Job, d streams.Delivery, lease LeaseState, now time.Time)
 		// dispatcher owns it. Enqueued but not due cannot be published now (a worker would
 		// refuse and drop the entry): the flag is cleared and the dispatcher owns it too.
 		return SettleRequeued
+	case store.JobWaiting, store.JobAwaitingApproval:
+		// Never published while so (an entry of one is stray): its release publishes it.
+		return SettleRequeued
 	case store.JobClaimed, store.JobRunning:
 		// An entry carries the attempts at publication; the claim it leads to makes it
 		// attempts+1. An older entry belongs to an attempt that is over.

@@ -47,6 +47,8 @@ func TestDecide(t *testing.T) {
 		{"RunningEntryWithoutAttempt", job(store.JobRunning, 3, true, past), entry(-1), engine.LeaseExpired, engine.SettleRescue},
 		{"RunningEntryOfEarlierAttempt", job(store.JobRunning, 3, true, past), entry(0), engine.LeaseExpired, engine.SettleStale},
 		{"ClaimedEntryOfEarlierAttemptLive", job(store.JobClaimed, 2, true, past), entry(0), engine.LeaseLive, engine.SettleStale},
+		{"WaitingStrayEntry", job(store.JobWaiting, 0, false, past), entry(0), engine.LeaseUnknown, engine.SettleRequeued},
+		{"AwaitingApprovalStrayEntry", job(store.JobAwaitingApproval, 0, false, past), entry(0), engine.LeaseUnknown, engine.SettleRequeued},
 		{"FailedIsLeftAlone", job(store.JobFailed, 1, false, past), entry(0), engine.LeaseExpired, engine.SettleLive},
 	}
 	for _, tc := range tests {

@@ -19,6 +19,12 @@ var ErrIllegalTransition = errors.New("illegal job transition")
 // transitions is the job state machine (docs/architecture.md, "Job states"): from → allowed
 // targets.
 var transitions = map[store.JobStatus][]store.JobStatus{
+	// approved (to pending, or to waiting when it has parents still to end); rejected or
+	// expired (cancelled).
+	store.JobAwaitingApproval: {store.JobPending, store.JobWaiting, store.JobCancelled},
+	// its parents ended (pending; cancelled when one failed); a fan-out parent ends with its
+	// children: done, or failed and then dead_letter in the same transaction.
+	store.JobWaiting: {store.JobPending, store.JobCancelled, store.JobDone, store.JobFailed},
 	// claim; cancel; dead-letter at admission of a replayed job is not possible: nothing else.
 	store.JobPending: {store.JobClaimed, store.JobCancelled},
 	// start; failed attempt (lease lost, handler error before start); cancel; give back unstarted

@@ -28,6 +28,14 @@ func TestCanTransition(t *testing.T) {
 		{store.JobFailed, store.JobPending}:     true,
 		{store.JobFailed, store.JobDeadLetter}:  true,
 		{store.JobDeadLetter, store.JobPending}: true,
+		// approvals and flows (docs/architecture.md, "Workflows, fan-out and approvals")
+		{store.JobAwaitingApproval, store.JobPending}:   true,
+		{store.JobAwaitingApproval, store.JobWaiting}:   true,
+		{store.JobAwaitingApproval, store.JobCancelled}: true,
+		{store.JobWaiting, store.JobPending}:            true,
+		{store.JobWaiting, store.JobCancelled}:          true,
+		{store.JobWaiting, store.JobDone}:               true,
+		{store.JobWaiting, store.JobFailed}:             true,
 	}
 	for _, from := range store.JobStatuses {
 		for _, to := range store.JobStatuses {

@@ -53,6 +53,10 @@ func (e *Engine) Submit(ctx context.Context, p SubmitParams) (store.Job, bool, e
 	if err != nil {
 		return store.Job{}, false, err
 	}
+	if r.flow != nil {
+		out := e.submitFlow(ctx, r)
+		return out.Job, out.Created, out.Err
+	}
 	e.outbox.Enqueue(r)
 	<-r.done
 	return r.out.Job, r.out.Created, r.out.Err
@@ -70,15 +74,25 @@ type SubmitOutcome struct {
 // SubmitMany submits jobs as Submit does, each validated on its own: an invalid job is refused
 // in its outcome and the others go ahead. The valid jobs are committed together (in as few
 // transactions as the group commit makes of them) and published with one pipeline; the
-// outcomes are in the order of ps.
+// outcomes are in the order of ps. The jobs of flows (depends_on, …) go after the others, one
+// transaction each in the order of ps, so that they may depend on jobs earlier in the batch.
 func (e *Engine) SubmitMany(ctx context.Context, ps []SubmitParams) []SubmitOutcome {
 	out := make([]SubmitOutcome, len(ps))
 	reqs := make([]*submitReq, 0, len(ps))
 	at := make([]int, 0, len(ps))
+	var flows []int
 	for i := range ps {
+		if ps[i].isFlow() {
+			flows = append(flows, i)
+			continue
+		}
 		r, err := e.prepare(ctx, ps[i])
 		if err != nil {
 			out[i].Err = err
+			continue
+		}
+		if r.flow != nil { // an approval holds it (approvals.go)
+			flows = append(flows, i)
 			continue
 		}
 		reqs = append(reqs, r)
@@ -88,6 +102,9 @@ func (e *Engine) SubmitMany(ctx context.Context, ps []SubmitParams) []SubmitOutc
 	for k, r := range reqs {
 		<-r.done
 		out[at[k]] = r.out
+	}
+	for _, i := range flows {
+		out[i].Job, out[i].Created, out[i].Err = e.Submit(ctx, ps[i])
 	}
 	return out
 }
@@ -264,6 +281,9 @@ func (e *Engine) prepare(ctx context.Context, p SubmitParams) (*submitReq, error
 	}
 	r := newSubmitReq(ctx, p, jt)
 	r.named = named
+	if r.flow, err = e.prepareFlow(ctx, &r.p); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

@@ -26,6 +26,9 @@ type submitReq struct {
 	done chan struct{}
 	// named: the optional fields the submit named (not the type's defaults).
 	named named
+	// flow is what the submit asks of a flow (depends_on, …); nil for a plain job, which
+	// takes the group commit.
+	flow *flowSpec
 }
 
 func newSubmitReq(ctx context.Context, p SubmitParams, jt *config.JobType) *submitReq {

@@ -31,6 +31,17 @@ type SubmitParams struct {
 	// CallbackURL receives the job's terminal event ("" for none; checkCallback).
 	CallbackURL string
 
+	// DependsOn are jobs of the same agent this one waits for (at most MaxDependsOn): it is
+	// inserted waiting and moves to pending once they have all ended done (flows.go).
+	DependsOn []string
+	// OnParentFailure is what a parent that ends dead_letter or cancelled does to the job:
+	// OnParentFailureCancel ("" too) cancels it, OnParentFailureRun runs it anyway once every
+	// parent has ended.
+	OnParentFailure string
+	// FanOut runs the job once on each node of a group (fanout.go): a parent that never runs
+	// and one child per node.
+	FanOut *FanOut
+
 	// PayloadChecked says the caller decoded Payload from JSON already (the API's decoder
 	// does), so Submit does not scan it once more to check it: with large payloads each scan
 	// costs. Every other caller leaves it false.
@@ -95,6 +106,9 @@ type Refusal struct {
 // refused ones, and the in-flight jobs to cancel.
 type ClaimResult struct {
 	Claimed []store.Job
+	// Parents are the parents of the claimed jobs that have some (depends_on, workflow
+	// steps), by job id, with their results within flows.parent_results_max_bytes.
+	Parents map[string][]Parent
 	// Leases are the leases of the claimed jobs, by job id.
 	Leases  map[string]store.Lease
 	Refused []Refusal

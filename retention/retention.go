@@ -54,6 +54,9 @@ type Result struct {
 	// Deliveries are webhook deliveries that ended (delivered or given up) before
 	// webhooks.retention, with their attempts.
 	Deliveries int
+	// Flows counts the rows of flows whose jobs are gone (dependencies, approval requests)
+	// and the workflows that ended before the longest retention of a type.
+	Flows int
 }
 
 // Cleaner is the leader loop that keeps the tables bounded under a constant load: it deletes
@@ -88,9 +91,9 @@ func (r *Cleaner) Start(ctx context.Context) error {
 		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
 	}, func(ctx context.Context) error {
 		res, err := r.RunOnce(ctx)
-		if res.Jobs > 0 || res.Audit > 0 || res.Leases > 0 || res.Deliveries > 0 {
+		if res.Jobs > 0 || res.Audit > 0 || res.Leases > 0 || res.Deliveries > 0 || res.Flows > 0 {
 			r.log.Info("deleted expired rows", "jobs", res.Jobs, "audit", res.Audit, "leases", res.Leases,
-				"webhook_deliveries", res.Deliveries)
+				"webhook_deliveries", res.Deliveries, "flows", res.Flows)
 		}
 		return err
 	})
@@ -156,7 +159,33 @@ func (r *Cleaner) RunOnce(ctx context.Context) (Result, error) {
 		return tx.WebhookDeleteFinished(ctx, deliveriesBefore, r.cfg.Batch)
 	})
 	res.Deliveries += n
+	if err != nil {
+		return res, err
+	}
+	res.Flows, err = r.deleteFlows(ctx, now.Add(-longest))
 	return res, err
+}
+
+// deleteFlows deletes what flows keep beside their jobs once those are gone: the dependency
+// rows and approval requests of deleted jobs, and the workflows that ended before
+// workflowsBefore (the longest retention of a type: their steps' jobs are gone by then).
+func (r *Cleaner) deleteFlows(ctx context.Context, workflowsBefore time.Time) (int, error) {
+	total := 0
+	for _, d := range []struct {
+		what string
+		del  func(store.Tx) (int, error)
+	}{
+		{"job dependencies", func(tx store.Tx) (int, error) { return tx.JobDepsDeleteOrphans(ctx, r.cfg.Batch) }},
+		{"approval requests", func(tx store.Tx) (int, error) { return tx.ApprovalDeleteOrphans(ctx, r.cfg.Batch) }},
+		{"workflows", func(tx store.Tx) (int, error) { return tx.WorkflowDeleteFinished(ctx, workflowsBefore, r.cfg.Batch) }},
+	} {
+		n, err := r.deleteBatches(ctx, d.what, d.del)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // deleteJobs deletes the jobs of p in batches.

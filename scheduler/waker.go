@@ -17,18 +17,29 @@ const wakeTimeout = time.Second
 // process's scheduler at once (C) and publishes the wake on Redis, where the leader's Listen
 // hears it; a burst of wakes is one publish in flight and at most one more after it.
 type Waker struct {
-	sc  *streams.Client
-	c   chan struct{}
-	log *slog.Logger
+	sc    *streams.Client
+	topic string
+	c     chan struct{}
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	sending bool // a publish is in flight
 	again   bool // a wake came in while it was
 }
 
-// NewWaker returns a Waker that publishes through sc (nil: in-process only).
+// NewWaker returns a Waker of the scheduler that publishes through sc (nil: in-process only).
 func NewWaker(sc *streams.Client, log *slog.Logger) *Waker {
-	return &Waker{sc: sc, c: make(chan struct{}, 1), log: logging.Component(log, "scheduler")}
+	return NewTopicWaker(sc, streams.TopicSchedule, log)
+}
+
+// NewTopicWaker returns a Waker of another leader loop, on its wake topic (streams.TopicFlows:
+// the flows' resolver).
+func NewTopicWaker(sc *streams.Client, topic string, log *slog.Logger) *Waker {
+	component := "scheduler"
+	if topic != streams.TopicSchedule {
+		component = topic
+	}
+	return &Waker{sc: sc, topic: topic, c: make(chan struct{}, 1), log: logging.Component(log, component)}
 }
 
 // C is the channel a Scheduler's Config.Wakes reads.
@@ -54,8 +65,8 @@ func (w *Waker) Wake() {
 func (w *Waker) publish() {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
-		if err := w.sc.WakeScheduler(ctx); err != nil {
-			w.log.Debug("publish a scheduler wake failed; the leader's tick covers it", "error", err)
+		if err := w.sc.Wake(ctx, w.topic); err != nil {
+			w.log.Debug("publish a wake failed; the leader's tick covers it", "topic", w.topic, "error", err)
 		}
 		cancel()
 		w.mu.Lock()
@@ -82,7 +93,7 @@ func (w *Waker) Listen(ctx context.Context) {
 	if w.sc == nil {
 		return
 	}
-	wakes, closeSub := w.sc.SchedulerWakes(ctx)
+	wakes, closeSub := w.sc.Wakes(ctx, w.topic)
 	go func() {
 		defer closeSub()
 		for {

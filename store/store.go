@@ -56,10 +56,17 @@ const (
 	JobFailed     JobStatus = "failed"
 	JobDeadLetter JobStatus = "dead_letter"
 	JobCancelled  JobStatus = "cancelled"
+	// JobWaiting is a job that waits for other jobs to end (its parents, or a fan-out
+	// parent's children): never dispatched; the leader's resolver moves it on.
+	JobWaiting JobStatus = "waiting"
+	// JobAwaitingApproval is a job an approval policy holds until a person approves it (or
+	// rejects it, or its request expires): never dispatched.
+	JobAwaitingApproval JobStatus = "awaiting_approval"
 )
 
 // JobStatuses lists every job state, in lifecycle order.
-var JobStatuses = []JobStatus{JobPending, JobClaimed, JobRunning, JobDone, JobFailed, JobDeadLetter, JobCancelled}
+var JobStatuses = []JobStatus{JobAwaitingApproval, JobWaiting, JobPending, JobClaimed, JobRunning, JobDone, JobFailed,
+	JobDeadLetter, JobCancelled}
 
 // Terminal reports whether no further transition is expected (dead_letter can still be replayed
 // by an operator, but nothing automatic moves it).
@@ -135,12 +142,18 @@ type Job struct {
 	// CallbackURL is where the job's terminal event (done, dead_letter, cancelled) is POSTed;
 	// "" for none (docs/architecture.md, "Webhooks").
 	CallbackURL string
+	// Flow says what the job takes part in (depends_on, a fan-out, an approval); 0 for a plain
+	// job, which pays nothing for them (store/flows.go).
+	Flow JobFlow
 }
 
-// JobInsertParams are the fields of a new job; the driver sets status pending, enqueued false,
-// attempts 0 and the timestamps to Now.
+// JobInsertParams are the fields of a new job; the driver sets status pending (or Status),
+// enqueued false, attempts 0 and the timestamps to Now.
 type JobInsertParams struct {
-	ID           string
+	ID string
+	// Status is the new job's status: "" (pending), or waiting or awaiting_approval for a job
+	// of a flow (store/flows.go).
+	Status       JobStatus
 	Type         string
 	Agent        string
 	Payload      json.RawMessage
@@ -296,6 +309,8 @@ type Executor interface {
 	NodeExecutor
 	ScheduleExecutor
 	WebhookExecutor
+	FlowExecutor
+	ApprovalExecutor
 }
 
 // JobExecutor is the operations on orchestrator_jobs.

@@ -39,8 +39,16 @@ func TypeStream(name string) string {
 // nodeStreamsKey is the set of the node streams published to.
 func (c *Client) nodeStreamsKey() string { return c.prefix + "orchestrator:node_streams" }
 
-// scheduleChannel is the pub/sub channel that wakes the leader's scheduler.
-func (c *Client) scheduleChannel() string { return c.prefix + "orchestrator:schedule" }
+// Wake topics: the pub/sub channels that wake a loop of the leader's from any instance.
+const (
+	// TopicSchedule wakes the scheduler.
+	TopicSchedule = "schedule"
+	// TopicFlows wakes the flows' resolver.
+	TopicFlows = "flows"
+)
+
+// wakeChannel is the pub/sub channel of a wake topic.
+func (c *Client) wakeChannel(topic string) string { return c.prefix + "orchestrator:" + topic }
 
 // NodeStreams returns the node streams published to so far (stream names), sorted.
 func (c *Client) NodeStreams(ctx context.Context) ([]string, error) {
@@ -54,17 +62,26 @@ func (c *Client) NodeStreams(ctx context.Context) ([]string, error) {
 
 // WakeScheduler tells the leader's scheduler, whichever instance runs it, that GPU work or
 // room may be waiting (PUBLISH; nobody listening is fine).
-func (c *Client) WakeScheduler(ctx context.Context) error {
-	if err := c.rdb.Publish(ctx, c.scheduleChannel(), "1").Err(); err != nil {
-		return fmt.Errorf("wake the scheduler: %w", err)
+func (c *Client) WakeScheduler(ctx context.Context) error { return c.Wake(ctx, TopicSchedule) }
+
+// SchedulerWakes subscribes to WakeScheduler's channel (Wakes).
+func (c *Client) SchedulerWakes(ctx context.Context) (wakes <-chan struct{}, closeFn func()) {
+	return c.Wakes(ctx, TopicSchedule)
+}
+
+// Wake tells the loop of topic, whichever instance runs it, that it may have work (PUBLISH;
+// nobody listening is fine).
+func (c *Client) Wake(ctx context.Context, topic string) error {
+	if err := c.rdb.Publish(ctx, c.wakeChannel(topic), "1").Err(); err != nil {
+		return fmt.Errorf("wake %s: %w", topic, err)
 	}
 	return nil
 }
 
-// SchedulerWakes subscribes to WakeScheduler's channel: each message sends on the returned
-// channel (dropped when a wake is already waiting). close ends the subscription.
-func (c *Client) SchedulerWakes(ctx context.Context) (wakes <-chan struct{}, closeFn func()) {
-	sub := c.rdb.Subscribe(ctx, c.scheduleChannel())
+// Wakes subscribes to topic's channel: each message sends on the returned channel (dropped
+// when a wake is already waiting). close ends the subscription.
+func (c *Client) Wakes(ctx context.Context, topic string) (wakes <-chan struct{}, closeFn func()) {
+	sub := c.rdb.Subscribe(ctx, c.wakeChannel(topic))
 	out := make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() {

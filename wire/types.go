@@ -70,6 +70,17 @@ type SubmitRequest struct {
 	// CallbackURL is where the job's terminal event (job.done, job.dead_letter,
 	// job.cancelled) is POSTed, signed with the agent's callback secret.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// DependsOn are jobs of the same agent this one waits for (at most 64): it is waiting
+	// until every one has ended done, then pending. A parent that ends dead_letter or
+	// cancelled cancels it, unless OnParentFailure is run.
+	DependsOn []string `json:"depends_on,omitempty"`
+	// OnParentFailure is cancel (the default) or run: run the job once every parent has
+	// ended, however they ended.
+	OnParentFailure string `json:"on_parent_failure,omitempty"`
+	// FanOut runs the job once on each node of a group: one child job per node (id
+	// "<job_id>.<node>"), and this job as their parent, which never runs itself and ends once
+	// every child has (done with their results by node, or failed as the strategy says).
+	FanOut *FanOut `json:"fan_out,omitempty"`
 }
 
 // Constraints narrow the nodes a job may be placed on; every rule given must hold.
@@ -192,6 +203,11 @@ type Job struct {
 
 	// CallbackURL is the job's callback, as submitted.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// DependsOn are the jobs this one waits for (depends_on, a workflow step's needs), shown
+	// by GET /jobs/{id}.
+	DependsOn []string `json:"depends_on,omitempty"`
+	// FanOutChildren are a fan-out parent's children by node, shown by GET /jobs/{id}.
+	FanOutChildren map[string]string `json:"fan_out_children,omitempty"`
 }
 
 // JobList is a page of GET /jobs. NextCursor is empty on the last page.
@@ -242,6 +258,23 @@ type ClaimedJob struct {
 	LeaseTTL Duration `json:"lease_ttl,omitempty"`
 	// LeaseExpiresAt is when the lease expires unless renewed.
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	// Parents are how the job's parents ended, with their results (a job with depends_on or a
+	// workflow step with needs; absent otherwise), within the orchestrator's
+	// flows.parent_results_max_bytes for all of them: a result that does not fit is left
+	// out and Truncated set.
+	Parents []Parent `json:"parents,omitempty"`
+}
+
+// Parent is one parent of a claimed job.
+type Parent struct {
+	JobID string `json:"job_id"`
+	// Step is the parent's step name in a workflow.
+	Step string `json:"step,omitempty"`
+	// Status is how the parent ended: done, dead_letter, cancelled, or gone (deleted by
+	// retention).
+	Status    string          `json:"status"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Truncated bool            `json:"truncated,omitempty"`
 }
 
 // Claim refusal reasons. A refused entry is acknowledged and dropped by the worker, except for

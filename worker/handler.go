@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 // Job is one claimed attempt as a handler sees it.
@@ -38,8 +39,12 @@ type Job struct {
 	// GPUIndexes are all the GPUs of the lease, GPUIndex first (several for a job that asked
 	// for more than one).
 	GPUIndexes []int
+	// Parents are how the job's parents ended, with their results (a job with depends_on or a
+	// workflow step with needs; nil otherwise), as the claim carried them.
+	Parents []wire.Parent
 	// Env is what a handler that starts a process must add to its environment: ORCH_JOB_ID,
-	// ORCH_JOB_ATTEMPT, and with a lease ORCH_LEASE_TOKEN and CUDA_VISIBLE_DEVICES.
+	// ORCH_JOB_ATTEMPT, with a lease ORCH_LEASE_TOKEN and CUDA_VISIBLE_DEVICES, and with
+	// parents ORCH_PARENTS.
 	Env map[string]string
 }
 
@@ -47,7 +52,9 @@ type Job struct {
 // set to the leased GPUs, comma-separated ("0,3"; with CUDA_DEVICE_ORDER=PCI_BUS_ID, the order
 // of the lease's NVML indexes),
 // and to "" (no GPU visible) for a job leased as a CPU job, so a process can never use a GPU it
-// holds no lease on.
+// holds no lease on. A job with parents gets them as ORCH_PARENTS, the claim's JSON array of
+// {job_id, step, status, result, truncated} (its size bounded by the orchestrator's
+// flows.parent_results_max_bytes, under what one variable may hold).
 func JobEnv(j Job) map[string]string {
 	env := map[string]string{
 		"ORCH_JOB_ID":      j.ID,
@@ -56,6 +63,10 @@ func JobEnv(j Job) map[string]string {
 	if j.LeaseToken != "" {
 		env["ORCH_LEASE_TOKEN"] = j.LeaseToken
 		env["CUDA_VISIBLE_DEVICES"] = ""
+	}
+	if len(j.Parents) > 0 {
+		raw, _ := json.Marshal(j.Parents) // strings and raw JSON from the claim: it cannot fail
+		env["ORCH_PARENTS"] = string(raw)
 	}
 	if gpus := leasedGPUs(j); len(gpus) > 0 {
 		env["CUDA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")

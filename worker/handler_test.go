@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuorch/orchestrator/config"
+	"github.com/gpuorch/orchestrator/wire"
 )
 
 func TestNoopHandler(t *testing.T) {
@@ -189,4 +190,9 @@ func TestJobEnv(t *testing.T) {
 		"ORCH_JOB_ID": "j", "ORCH_JOB_ATTEMPT": "2", "ORCH_LEASE_TOKEN": "l", "CUDA_VISIBLE_DEVICES": "3",
 		"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
 	}, JobEnv(Job{ID: "j", Attempt: 2, LeaseToken: "l", GPUIndex: &gpu}), "a GPU lease shows its GPU, in NVML's order")
+	parents := []wire.Parent{{JobID: "p", Step: "a", Status: "done", Result: json.RawMessage(`{"x":1}`)}, {JobID: "q", Status: "done", Truncated: true}}
+	require.Equal(t, map[string]string{
+		"ORCH_JOB_ID": "j", "ORCH_JOB_ATTEMPT": "1",
+		"ORCH_PARENTS": `[{"job_id":"p","step":"a","status":"done","result":{"x":1}},{"job_id":"q","status":"done","truncated":true}]`,
+	}, JobEnv(Job{ID: "j", Attempt: 1, Parents: parents}), "a job with parents gets them as JSON")
 }

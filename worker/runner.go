@@ -55,7 +55,7 @@ func (w *Worker) startJob(t *config.JobType, cj wire.ClaimedJob, ds []streams.De
 	}
 	job := Job{
 		ID: cj.JobID, Type: cj.Type, Payload: cj.Payload, Attempt: cj.Attempt, Timeout: timeout,
-		LeaseToken: cj.LeaseToken, GPUIndex: cj.GPUIndex, GPUIndexes: cj.GPUIndexes,
+		LeaseToken: cj.LeaseToken, GPUIndex: cj.GPUIndex, GPUIndexes: cj.GPUIndexes, Parents: cj.Parents,
 	}
 	if job.Type == "" {
 		job.Type = t.Name

@@ -14,23 +14,26 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/nodelabels"
 )
 
 // Job states as the API shows them (docs/architecture.md, "Job states"). The client package has no constants for
 // them; these are the ones orchctl must know: which are terminal, and what --status completes to.
 const (
-	statusPending    = "pending"
-	statusClaimed    = "claimed"
-	statusRunning    = "running"
-	statusDone       = "done"
-	statusFailed     = "failed"
-	statusDeadLetter = "dead_letter"
-	statusCancelled  = "cancelled"
+	statusAwaitingApproval = "awaiting_approval"
+	statusWaiting          = "waiting"
+	statusPending          = "pending"
+	statusClaimed          = "claimed"
+	statusRunning          = "running"
+	statusDone             = "done"
+	statusFailed           = "failed"
+	statusDeadLetter       = "dead_letter"
+	statusCancelled        = "cancelled"
 )
 
 // jobStatuses lists every job state in lifecycle order (progress lines count them in this order).
-var jobStatuses = []string{statusPending, statusClaimed, statusRunning, statusDone, statusFailed,
-	statusDeadLetter, statusCancelled}
+var jobStatuses = []string{statusAwaitingApproval, statusWaiting, statusPending, statusClaimed, statusRunning, statusDone,
+	statusFailed, statusDeadLetter, statusCancelled}
 
 // terminal reports whether nothing automatic changes a job in this state any more.
 func terminal(status string) bool {
@@ -59,6 +62,7 @@ type submitFlags struct {
 	timeout     time.Duration
 	resources   client.Resources
 	constraints client.Constraints
+	fanOut      client.FanOut
 	priority    int
 	quiet       bool
 	wait        bool
@@ -84,7 +88,13 @@ limit. --gpus, --gpu-memory-mb and --exclusive override what the type asks of th
 many distinct GPUs of one node, that much memory on each, held alone; a request no node of the
 cluster could ever place is refused (unsatisfiable). --node-selector, --allow-node, --deny-node
 and --max-per-node constrain the nodes a job may be placed on (orchctl nodes list shows their
-labels); --pool and --model route it to the workers of one pool, or of a pool serving the model. --quiet prints only the job id (for JOB=$(orchctl jobs submit ... -q)).
+labels); --pool and --model route it to the workers of one pool, or of a pool serving the model.
+--depends-on makes the job wait (status waiting) until those jobs of the same agent have ended
+done; one that ends dead_letter or cancelled cancels it, unless --on-parent-failure run.
+--fan-out-all, --fan-out-node and --fan-out-selector run the job once on each node of a group (a
+child "<job id>.<node>" per node; the job is their parent and ends when they all have);
+--fan-out-strategy continue lets every child run when one fails. --quiet prints only the job id
+(for JOB=$(orchctl jobs submit ... -q)).
 
 With --wait, orchctl then waits for the job like "jobs wait" (--poll, --wait-timeout) and exits
 with its exit codes: 0 done, 3 dead_letter, 4 cancelled, 5 timed out. With -o json and --wait,
@@ -94,6 +104,8 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
   orchctl jobs submit --type inference --agent chat --payload-file req.json --job-id req-42 --wait
   orchctl jobs submit --type train --agent ml --gpus 2 --gpu-memory-mb 60000 --exclusive
   orchctl jobs submit --type train --agent ml --node-selector tier=prod --deny-node gpu-07 --max-per-node 1
+  orchctl jobs submit --type report --agent etl --depends-on extract-1,extract-2
+  orchctl jobs submit --type upgrade --agent ops --fan-out-selector zone=a --fan-out-strategy continue
   generate-payload | orchctl jobs submit --type ingest --agent etl --payload-file - -q`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: runWithFlags(g.submit, &f),
@@ -116,6 +128,12 @@ the one document printed is the wait's ({"jobs": [job]}); without --wait it is t
 	fl.IntVar(&f.constraints.MaxPerNode, "max-per-node", 0, "at most this many jobs of this type and agent on one node at once")
 	fl.StringVar(&f.req.PoolID, "pool", "", "only the workers of this pool run the job")
 	fl.StringVar(&f.req.ModelID, "model", "", "only the workers of a pool serving this model run the job")
+	fl.StringSliceVar(&f.req.DependsOn, "depends-on", nil, "wait until these jobs (of the same agent) have ended done (repeat, or comma-separate)")
+	fl.StringVar(&f.req.OnParentFailure, "on-parent-failure", "", "with --depends-on: cancel (default) or run when a parent fails")
+	fl.BoolVar(&f.fanOut.All, "fan-out-all", false, "run the job once on every ready node")
+	fl.StringSliceVar(&f.fanOut.Nodes, "fan-out-node", nil, "run the job once on this node (repeat for several)")
+	fl.StringToStringVar(&f.fanOut.NodeSelector, "fan-out-selector", nil, "run the job once on each ready node with this label, KEY=VALUE")
+	fl.StringVar(&f.fanOut.Strategy, "fan-out-strategy", "", "fail_fast (default: a failing child cancels the others) or continue")
 	fl.IntVar(&f.priority, "priority", 0, "0..9, higher first among GPU jobs waiting for room (default: the job type's)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the job id")
 	fl.BoolVar(&f.wait, "wait", false, "wait until the job is finished (exit codes as jobs wait)")
@@ -151,6 +169,9 @@ func (g *globals) submit(cmd *cobra.Command, f *submitFlags) error {
 	}
 	if c := f.constraints; len(c.NodeSelector) > 0 || len(c.AllowNodes) > 0 || len(c.DenyNodes) > 0 || c.MaxPerNode != 0 {
 		req.Constraints = &c
+	}
+	if fo := f.fanOut; fo.All || len(fo.Nodes) > 0 || len(fo.NodeSelector) > 0 || fo.Strategy != "" {
+		req.FanOut = &fo
 	}
 	if f.wait {
 		if err := f.waitOpts.check(cmd); err != nil {
@@ -285,6 +306,7 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		{"PLACED ON", orDash(placedOn(j))},
 		{"ROUTE", orDash(route(j))},
 		{"CONSTRAINTS", fmtConstraints(j.Constraints)},
+		{"WAITS FOR", orDash(waitsFor(j))},
 		{"TIMEOUT", time.Duration(j.Timeout).String()},
 		{"ENQUEUED", enqueued},
 		{"AVAILABLE AT", fmtTime(j.AvailableAt, now)},
@@ -299,6 +321,15 @@ func (g *globals) printJob(w io.Writer, j client.Job) error {
 		t.row(kv[0], kv[1])
 	}
 	return t.flush()
+}
+
+// waitsFor says what a job of a flow waits for: its depends_on, or a fan-out's children by
+// node ("node-a=fo.node-a node-b=fo.node-b").
+func waitsFor(j client.Job) string {
+	if len(j.FanOutChildren) > 0 {
+		return "fan-out children " + nodelabels.String(j.FanOutChildren)
+	}
+	return strings.Join(j.DependsOn, ",")
 }
 
 // placedOn says where a pending job is placed: "node-7", or "node-7, for pool mistral".

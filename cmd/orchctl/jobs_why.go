@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuorch/orchestrator/client"
+	"github.com/gpuorch/orchestrator/nodelabels"
 )
 
 func newJobsWhyCmd(g *globals) *cobra.Command {
@@ -62,6 +63,16 @@ finished one its end.`,
 func (g *globals) why(j client.Job) string {
 	now := g.now()
 	switch j.Status {
+	case statusAwaitingApproval:
+		return "held for approval by a policy: nothing runs it until an approver approves it " +
+			"(orchctl approvals list); a rejection or the request's expiry cancels it"
+	case statusWaiting:
+		if len(j.FanOutChildren) > 0 {
+			return "a fan-out parent: it never runs itself, and ends once its children have ended (" +
+				nodelabels.String(j.FanOutChildren) + ")"
+		}
+		return "waits for the jobs it depends on to end done: " + orDash(strings.Join(j.DependsOn, ", ")) +
+			"; one that fails cancels it, unless on_parent_failure is run"
 	case "pending":
 		switch {
 		case j.PlacedNode != "" && j.GPUMemoryMB == 0:

@@ -74,3 +74,14 @@ func TestWhyWaitingReasons(t *testing.T) {
 		require.Contains(t, got, reason, "the reason itself is shown")
 	}
 }
+
+// TestWhyFlows: a held job, a job waiting for others and a fan-out parent are each explained.
+func TestWhyFlows(t *testing.T) {
+	t.Parallel()
+	g := &globals{now: time.Now}
+	require.Contains(t, g.why(client.Job{Status: "awaiting_approval"}), "held for approval")
+	require.Equal(t, "waits for the jobs it depends on to end done: a, b; one that fails cancels it, unless on_parent_failure is run",
+		g.why(client.Job{Status: "waiting", DependsOn: []string{"a", "b"}}))
+	require.Contains(t, g.why(client.Job{Status: "waiting", FanOutChildren: map[string]string{"n1": "fo.n1"}}),
+		"a fan-out parent: it never runs itself, and ends once its children have ended (n1=fo.n1)")
+}

@@ -132,7 +132,7 @@ written with these commands.`,
 
 	root.AddCommand(newJobsCmd(g), newStatusCmd(g), newLeasesCmd(g), newPoolsCmd(g), newDLQCmd(g),
 		newAdmissionCmd(g), newControlCmd(g), newGPUsCmd(g), newNodesCmd(g), newSchedulesCmd(g),
-		newWebhooksCmd(g))
+		newWebhooksCmd(g), newWorkflowsCmd(g), newApprovalsCmd(g))
 	walk(root, func(c *cobra.Command) {
 		if c.PreRunE == nil && c.PreRun == nil {
 			c.PreRunE = checkFlags

@@ -177,12 +177,15 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 	// A submit of GPU jobs, a release of GPU leases and a telemetry report wake the leader's
 	// scheduler, wherever it runs.
 	waker := scheduler.NewWaker(sc, log)
+	// The end of a job others wait for wakes the leader's resolver, wherever it runs.
+	flowWaker := scheduler.NewTopicWaker(sc, streams.TopicFlows, log)
 	lm := engine.NewLeaseManager(st, cfg, leases.Options{Logger: log, Recorded: func(string) { waker.Wake() },
 		Quotas: adm.Quota})
 	var local localTelemetry // set by startLeaseLoops
 	freed := local.freed(cfg.NodeID)
 	eng := engine.New(st, sc, cfg, engine.Options{Logger: log, Fence: term.fence, Observer: jm, Leases: lm,
-		GPUFreed: func(node string) { freed(node); waker.Wake() }, WakeScheduler: waker.Wake})
+		GPUFreed: func(node string) { freed(node); waker.Wake() }, WakeScheduler: waker.Wake, WakeFlows: flowWaker.Wake})
+	started.push(startPolicyRefresher(ctx, cfg, eng, log))
 	sm := scheduler.NewMetrics(cfg.TypeNames())
 	if err := om.Register(sm); err != nil {
 		return nil, fmt.Errorf("register scheduler metrics: %w", err)
@@ -204,7 +207,8 @@ func startCore(ctx context.Context, cfg *config.Config, be *backends, log *slog.
 		return nil, err
 	}
 	el, stopElection, err := startElection(ctx, cfg, be, log, term.track(leaderWork(cfg, st, eng, sc, rm, log, pw.leaderLoop,
-		schedulerLoop(cfg, eng, waker, sm, log), firer, hooks.leaderLoop)))
+		schedulerLoop(cfg, eng, waker, sm, log), firer, hooks.leaderLoop,
+		resolverLoop(cfg, eng, flowWaker, log), approvalExpirerLoop(cfg, eng, log))))
 	if err != nil {
 		return nil, err
 	}

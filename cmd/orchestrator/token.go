@@ -17,19 +17,21 @@ import (
 func tokenCmd() *cobra.Command {
 	tok := &cobra.Command{Use: "token", Short: "Manage API tokens"}
 	var (
-		role, agent, pool string
-		types             []string
+		role, agent, pool, name string
+		types                   []string
 	)
 	create := &cobra.Command{
-		Use:   "create --role agent|worker|admin [--agent NAME] [--types A,B] [--pool ID]",
+		Use:   "create --role agent|worker|admin|approver [--agent NAME] [--types A,B] [--pool ID] [--name WHO]",
 		Short: "Create a token: prints it once, and the line (its hash) for the tokens file",
 		Long: "Create a token: prints it once, and the line (its hash) for the tokens file.\n\n" +
 			"A worker token may be scoped: --types limits the job types it claims and registers for, " +
 			"--pool the pool it claims and registers in (its worker must name that pool). " +
-			"Without them it claims any type, in any pool, as before.",
+			"Without them it claims any type, in any pool, as before. An approver token (--role approver) " +
+			"approves and rejects the jobs approval policies hold and must name its person with --name: " +
+			"the audit records each decision as approver:<name>, and a two-key policy needs two names.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rec := api.TokenRecord{Role: api.Role(role), Agent: agent, Pool: pool}
+			rec := api.TokenRecord{Role: api.Role(role), Agent: agent, Pool: pool, Name: name}
 			if cmd.Flags().Changed("types") {
 				rec.Types = types
 				if rec.Types == nil {
@@ -48,7 +50,8 @@ func tokenCmd() *cobra.Command {
 			return nil
 		},
 	}
-	create.Flags().StringVar(&role, "role", "", "agent, worker or admin")
+	create.Flags().StringVar(&role, "role", "", "agent, worker, admin or approver")
+	create.Flags().StringVar(&name, "name", "", "approver tokens: the person the token is (the audit's approver:<name>)")
 	create.Flags().StringVar(&agent, "agent", "", "the agent name bound to an agent token")
 	create.Flags().StringSliceVar(&types, "types", nil, "worker tokens: the only job types it may claim and register for (comma list)")
 	create.Flags().StringVar(&pool, "pool", "", "worker tokens: the only pool it may claim and register in")

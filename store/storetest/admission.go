@@ -144,7 +144,8 @@ func testAdmissionCountUnfinished(t *testing.T, b *bundle) {
 	}
 	require.Zero(t, count(0))
 
-	// One job in every state: the four non-terminal ones count, the three terminal ones do not.
+	// One job in every state: the six non-terminal ones count (waiting and awaiting_approval
+	// too: an agent's jobs held back are still its jobs), the three terminal ones do not.
 	for _, s := range store.JobStatuses {
 		j := b.insert(t, "job-"+string(s))
 		if s != store.JobPending {
@@ -154,8 +155,9 @@ func testAdmissionCountUnfinished(t *testing.T, b *bundle) {
 	other := b.insert(t, "other-agent", func(p *store.JobInsertParams) { p.Agent = b.prefix + "other" })
 	require.Equal(t, store.JobPending, other.Status)
 
-	require.Equal(t, 4, count(0), "no bound")
-	require.Equal(t, 4, count(100))
+	require.Len(t, store.UnfinishedJobStatuses(), 6)
+	require.Equal(t, 6, count(0), "no bound")
+	require.Equal(t, 6, count(100))
 	require.Equal(t, 3, count(3), "the count stops at the limit")
 	require.Equal(t, 1, count(1))
 	n, err := b.s.JobCountUnfinished(ctx, b.prefix+"nobody", 10)

@@ -66,6 +66,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Schedules", testSchedules},
 		{"Constraints", testConstraints},
 		{"Webhooks", testWebhooks},
+		{"JobFlows", testJobFlows},
+		{"Workflows", testWorkflows},
+		{"Approvals", testApprovals},
 	}
 	runAll(t, s, tests)
 	// Retention reads the audit table from its oldest row: on a store of its own.

@@ -21,7 +21,7 @@ const (
 	JobColumnsNoPayload    = "job_id, type, agent, NULL, " + JobColumnsAfterPayload
 	JobColumnsAfterPayload = `status, attempts, max_attempts, available_at,
 	enqueued, stream_id, owner_pool, worker_id, lease_token, gpu_memory_mb, gpus, gpu_exclusive,
-	waiting_reason, priority, placed_node, constraints, pool_id, model_id, timeout_ms, result, last_error, created_at, updated_at, started_at, finished_at, lease_expires_at, callback_url`
+	waiting_reason, priority, placed_node, constraints, pool_id, model_id, timeout_ms, result, last_error, created_at, updated_at, started_at, finished_at, lease_expires_at, callback_url, flow`
 	LeaseColumns = `token, agent_name, job_id, node_id, gpu_index, gpu_indexes, mode, memory_mb,
 	exclusive, ttl_ms, status, created_at, expires_at, last_heartbeat, ended_at, metadata`
 	poolColumns = `pool_id, agent_name, model_id, adapter, variant, job_types, desired_workers,
@@ -116,7 +116,7 @@ func (enc Encoding) ScanJob(row Scanner) (store.Job, error) {
 	err := row.Scan(&j.ID, &j.Type, &j.Agent, &payload, &status, &j.Attempts, &j.MaxAttempts,
 		enc.at(&j.AvailableAt), &j.Enqueued, &j.StreamID, &j.OwnerPool, &j.WorkerID, &j.LeaseToken,
 		&j.GPUMemoryMB, &j.GPUs, &j.GPUExclusive, &j.WaitingReason, &j.Priority, &j.PlacedNode, &constraints, &j.PoolID, &j.ModelID, &timeoutMS, &resultRaw, &j.LastError, enc.at(&j.CreatedAt), enc.at(&j.UpdatedAt),
-		enc.atPtr(&j.StartedAt), enc.atPtr(&j.FinishedAt), enc.atPtr(&j.LeaseExpiresAt), &j.CallbackURL)
+		enc.atPtr(&j.StartedAt), enc.atPtr(&j.FinishedAt), enc.atPtr(&j.LeaseExpiresAt), &j.CallbackURL, &j.Flow)
 	if err != nil {
 		return store.Job{}, err
 	}

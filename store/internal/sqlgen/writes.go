@@ -1,6 +1,7 @@
 package sqlgen
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,8 +33,8 @@ func DistinctIDs(ids []string) []string {
 	return slices.Compact(ids)
 }
 
-// NewJob is the row a new pending job is inserted as: times in UTC, to the microsecond (what
-// both schemas keep), AvailableAt Now when zero.
+// NewJob is the row a new job is inserted as: pending unless p names a status, times in UTC, to
+// the microsecond (what both schemas keep), AvailableAt Now when zero.
 func NewJob(p store.JobInsertParams) store.Job {
 	now := Micro(p.Now)
 	avail := now
@@ -46,7 +47,7 @@ func NewJob(p store.JobInsertParams) store.Job {
 	}
 	return store.Job{
 		ID: p.ID, Type: p.Type, Agent: p.Agent, Payload: payload,
-		Status: store.JobPending, MaxAttempts: p.MaxAttempts, AvailableAt: avail,
+		Status: cmp.Or(p.Status, store.JobPending), MaxAttempts: p.MaxAttempts, AvailableAt: avail,
 		GPUMemoryMB: p.GPUMemoryMB, GPUs: p.GPUs, GPUExclusive: p.GPUExclusive, Priority: p.Priority,
 		Constraints: p.Constraints, PoolID: p.PoolID, ModelID: p.ModelID,
 		Timeout:   p.Timeout.Truncate(time.Millisecond),
