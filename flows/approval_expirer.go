@@ -58,9 +58,7 @@ func NewApprovalExpirer(eng Expiring, cfg ApprovalExpirerConfig) *ApprovalExpire
 
 // Start runs the expirer until ctx ends or Stop is called. It returns at once.
 func (x *ApprovalExpirer) Start(ctx context.Context) error {
-	return x.StartLoop(ctx, startstop.LoopParams{
-		Interval: x.cfg.Interval, Jitter: 0.1, Stagger: x.cfg.Stagger, Logger: x.log,
-	}, startstop.Pass(x.RunOnce))
+	return x.StartLoop(ctx, startstop.Every(x.cfg.Interval, x.cfg.Stagger, nil, x.log), startstop.Pass(x.RunOnce))
 }
 
 // RunOnce runs one pass (the loop's body; tests call it directly).

@@ -51,7 +51,7 @@ func (r *PolicyRefresher) Start(ctx context.Context) error {
 	if err := r.RunOnce(ctx); err != nil {
 		r.log.Warn("approval policies not read yet; the configuration's hold until they are", "error", err)
 	}
-	return r.StartLoop(ctx, startstop.LoopParams{Interval: r.cfg.Interval, Jitter: 0.1, Stagger: true, Logger: r.log},
+	return r.StartLoop(ctx, startstop.Every(r.cfg.Interval, true, nil, r.log),
 		r.RunOnce)
 }
 

@@ -69,9 +69,7 @@ func NewResolver(eng Resolving, cfg ResolverConfig) *Resolver {
 
 // Start runs the resolver until ctx ends or Stop is called. It returns at once.
 func (r *Resolver) Start(ctx context.Context) error {
-	return r.StartLoop(ctx, startstop.LoopParams{
-		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Wake: r.cfg.Wakes, Logger: r.log,
-	}, startstop.Pass(r.RunOnce))
+	return r.StartLoop(ctx, startstop.Every(r.cfg.Interval, r.cfg.Stagger, r.cfg.Wakes, r.log), startstop.Pass(r.RunOnce))
 }
 
 // RunOnce runs one pass (the loop's body; tests call it directly).

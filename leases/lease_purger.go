@@ -91,9 +91,7 @@ func NewLeasePurger(exp Expirer, cfg LeasePurgerConfig) *LeasePurger {
 
 // Start runs the purger until ctx ends or Stop is called. It returns at once.
 func (p *LeasePurger) Start(ctx context.Context) error {
-	return p.StartLoop(ctx, startstop.LoopParams{
-		Interval: p.cfg.Interval, Jitter: 0.1, Stagger: p.cfg.Stagger, Logger: p.log,
-	}, startstop.Pass(p.RunOnce))
+	return p.StartLoop(ctx, startstop.Every(p.cfg.Interval, p.cfg.Stagger, nil, p.log), startstop.Pass(p.RunOnce))
 }
 
 // RunOnce runs one pass (the loop's body; tools and tests call it directly): it expires every

@@ -61,9 +61,7 @@ func NewDLQRelay(r DeadLetterRelayer, cfg DLQRelayConfig) *DLQRelay {
 
 // Start runs the relay until ctx ends or Stop is called. It returns at once.
 func (r *DLQRelay) Start(ctx context.Context) error {
-	return r.StartLoop(ctx, startstop.LoopParams{
-		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
-	}, startstop.Pass(r.RunOnce))
+	return r.StartLoop(ctx, startstop.Every(r.cfg.Interval, r.cfg.Stagger, nil, r.log), startstop.Pass(r.RunOnce))
 }
 
 // RunOnce runs one pass (the loop's body; tools and tests call it directly): it publishes

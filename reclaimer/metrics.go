@@ -92,6 +92,7 @@ func (m *Metrics) addEntries(stream string, before, after map[string]int) {
 // loop is the schedule of one of this package's loops (name: its passErrors label): every
 // interval ± 10%, staggered at start when stagger, a failed pass counted.
 func (m *Metrics) loop(name string, interval time.Duration, stagger bool, log *slog.Logger) startstop.LoopParams {
-	return startstop.LoopParams{Interval: interval, Jitter: 0.1, Stagger: stagger, Logger: log,
-		Failed: m.passErrors.WithLabelValues(name).Inc}
+	p := startstop.Every(interval, stagger, nil, log)
+	p.Failed = m.passErrors.WithLabelValues(name).Inc
+	return p
 }

@@ -87,9 +87,7 @@ func NewCleaner(st Store, conf *config.Config, cfg Config) *Cleaner {
 
 // Start runs the cleaner until ctx ends or Stop is called. It returns at once.
 func (r *Cleaner) Start(ctx context.Context) error {
-	return r.StartLoop(ctx, startstop.LoopParams{
-		Interval: r.cfg.Interval, Jitter: 0.1, Stagger: r.cfg.Stagger, Logger: r.log,
-	}, func(ctx context.Context) error {
+	return r.StartLoop(ctx, startstop.Every(r.cfg.Interval, r.cfg.Stagger, nil, r.log), func(ctx context.Context) error {
 		res, err := r.RunOnce(ctx)
 		if res.Jobs > 0 || res.Audit > 0 || res.Leases > 0 || res.Deliveries > 0 || res.Flows > 0 {
 			r.log.Info("deleted expired rows", "jobs", res.Jobs, "audit", res.Audit, "leases", res.Leases,

@@ -77,10 +77,9 @@ func New(eng Engine, cfg Config) *Scheduler {
 
 // Start runs the scheduler until ctx ends or Stop is called. It returns at once.
 func (s *Scheduler) Start(ctx context.Context) error {
-	return s.StartLoop(ctx, startstop.LoopParams{
-		Interval: s.cfg.Interval, Jitter: 0.1, Stagger: s.cfg.Stagger, Wake: s.cfg.Wakes, Logger: s.log,
-		Failed: s.cfg.Metrics.failed,
-	}, startstop.Pass(s.RunOnce))
+	p := startstop.Every(s.cfg.Interval, s.cfg.Stagger, s.cfg.Wakes, s.log)
+	p.Failed = s.cfg.Metrics.failed
+	return s.StartLoop(ctx, p, startstop.Pass(s.RunOnce))
 }
 
 // Stop stops the loop; the waiting-jobs gauge is the leader's, and this instance no longer

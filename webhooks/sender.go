@@ -117,8 +117,7 @@ func NewSender(st Store, cfg SenderConfig) *Sender {
 
 // Start runs the sender until ctx ends or Stop is called. It returns at once.
 func (s *Sender) Start(ctx context.Context) error {
-	return s.StartLoop(ctx, startstop.LoopParams{Interval: s.cfg.Interval, Jitter: 0.1, Stagger: s.cfg.Stagger,
-		Wake: s.cfg.Wake, Logger: s.log}, startstop.Pass(s.RunOnce))
+	return s.StartLoop(ctx, startstop.Every(s.cfg.Interval, s.cfg.Stagger, s.cfg.Wake, s.log), startstop.Pass(s.RunOnce))
 }
 
 // RunOnce sends the due deliveries, batch after batch while batches come full (at most

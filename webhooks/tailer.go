@@ -102,7 +102,7 @@ func NewTailer(st Store, cfg TailerConfig) *Tailer {
 
 // Start runs the tailer until ctx ends or Stop is called. It returns at once.
 func (t *Tailer) Start(ctx context.Context) error {
-	return t.StartLoop(ctx, startstop.LoopParams{Interval: t.cfg.Interval, Jitter: 0.1, Stagger: t.cfg.Stagger, Logger: t.log},
+	return t.StartLoop(ctx, startstop.Every(t.cfg.Interval, t.cfg.Stagger, nil, t.log),
 		startstop.Pass(t.RunOnce))
 }
 

@@ -63,9 +63,7 @@ func NewDispatcher(r Relayer, cfg DispatcherConfig) *Dispatcher {
 
 // Start runs the dispatcher until ctx ends or Stop is called. It returns at once.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	return d.StartLoop(ctx, startstop.LoopParams{
-		Interval: d.cfg.Interval, Jitter: 0.1, Stagger: d.cfg.Stagger, Wake: d.wake, Logger: d.log,
-	}, startstop.Pass(d.RunOnce))
+	return d.StartLoop(ctx, startstop.Every(d.cfg.Interval, d.cfg.Stagger, d.wake, d.log), startstop.Pass(d.RunOnce))
 }
 
 // Wake asks for a pass soon (e.g. after a replay).

@@ -107,6 +107,16 @@ type LoopParams struct {
 	Failed func()
 }
 
+// MaintenanceJitter is how much a maintenance loop's interval is jittered (10%), so that the
+// loops of several instances, and of one process, do not run in step.
+const MaintenanceJitter = 0.1
+
+// Every is the LoopParams of a maintenance loop: a pass every interval, jittered by
+// MaintenanceJitter, staggered at start when stagger, woken early by wake (nil: never).
+func Every(interval time.Duration, stagger bool, wake <-chan struct{}, log *slog.Logger) LoopParams {
+	return LoopParams{Interval: interval, Jitter: MaintenanceJitter, Stagger: stagger, Wake: wake, Logger: log}
+}
+
 // Jitter returns d randomly lengthened or shortened by up to frac of itself.
 func Jitter(d time.Duration, frac float64) time.Duration {
 	if frac <= 0 || d <= 0 {
