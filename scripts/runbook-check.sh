@@ -176,6 +176,11 @@ in_flight() { echo $(($(jobs_count --status claimed --type "$1") + $(jobs_count 
 recoveries() {
   curl -fsS "$1/metrics" | awk '/^gpu_orchestrator_redis_recoveries_total/ {s += $2} END {print s + 0}'
 }
+# active_cpu_leases URL: the cpu leases active, in lease rows and in job rows (a job without a
+# GPU holds its lease in its row, which `leases list` does not show).
+active_cpu_leases() {
+  curl -fsS "$1/metrics" | awk '/^gpu_orchestrator_leases_active\{mode="cpu"\}/ {s += $2; n++} END {print n ? s : "absent"}'
+}
 
 # ---- the stack ---------------------------------------------------------------------------
 step "build the binaries and start the stack (MariaDB database $DB)"
@@ -394,6 +399,7 @@ q 'all(.pools[]; .status == "stopped" or (.status == "evicted" and .spawned_work
 ok "control drain --wait: exit 0, every pool stopped (or evicted and empty)"
 [ "$(jobs_count --status running)" = 0 ] && [ "$(jobs_count --status claimed)" = 0 ] || fail "jobs still run after the drain"
 q '[.leases[] | select(.job_id != null)] | length == 0' leases list --status active || fail "a job lease is still active"
+[ "$(active_cpu_leases "$API")" = 0 ] || fail "a cpu lease is still active: $(active_cpu_leases "$API")"
 for i in 1 2 3 4; do q '.status == "done"' jobs get "drain-$i" || fail "drain-$i did not finish before its worker left"; done
 ok "the jobs in flight finished; nothing runs, no job holds a lease"
 
