@@ -287,12 +287,23 @@ func (e *Engine) prepare(ctx context.Context, p SubmitParams) (*submitReq, error
 	return r, nil
 }
 
+// ScheduleJobPrefix starts the ids of the jobs schedules make (schedules.JobID), whose submits'
+// actors start with ScheduleActorPrefix: no other submit may take such an id.
+const (
+	ScheduleJobPrefix   = "sch-"
+	ScheduleActorPrefix = "schedule:"
+)
+
 // validateSubmit checks p, fills defaults from the job type and returns the type.
 func (e *Engine) validateSubmit(p *SubmitParams) (*config.JobType, error) {
 	if p.JobID == "" {
 		p.JobID = NewJobID()
 	} else if !JobIDPattern.MatchString(p.JobID) {
 		return nil, invalid("job_id", "must be %s", JobIDPattern.Rule())
+	} else if strings.HasPrefix(p.JobID, ScheduleJobPrefix) && !strings.HasPrefix(p.Actor, ScheduleActorPrefix) {
+		// A schedule's fire finds its job by id: a job of that id made by anyone else would
+		// be taken for the fire's.
+		return nil, invalid("job_id", "the prefix %s is reserved for the jobs of schedules", ScheduleJobPrefix)
 	}
 	if p.Type == "" {
 		return nil, invalid("type", "is required")

@@ -244,9 +244,14 @@ func (f *firing) fire(at time.Time, reason string, queuedRow bool) error {
 	if err != nil {
 		return f.refused(at, queuedRow, err)
 	}
-	job, _, err := f.sub.Insert(f.ctx, prep) // an existing job is this fire's: the id is the fire's
+	job, created, err := f.sub.Insert(f.ctx, prep)
 	if err != nil {
 		return err
+	}
+	if !created {
+		// The fire row is unique and commits with its job, so no fire of this schedule made
+		// this one: another submit took the id. It is not adopted as the fire's.
+		return f.skip(at, SkipJobIDTaken, fmt.Sprintf("job %s exists and is not this schedule's (agent %s)", jobID, job.Agent), queuedRow)
 	}
 	firedAt := job.CreatedAt
 	row := store.ScheduleFire{ScheduleID: f.s.ID, FireTime: at, State: store.FireRunning, JobID: jobID, Reason: reason,

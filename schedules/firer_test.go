@@ -2,6 +2,7 @@ package schedules_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -475,5 +476,38 @@ func TestFirerLoop(t *testing.T) {
 		f.Stop()
 		fs := b.firedAt(t, "loop")
 		require.Equal(t, time.Second, fs[1].Sub(fs[0]), "one second of fire time apart")
+	})
+}
+
+// TestFirerJobIDTaken: no submit but a schedule's may take a fire's job id (the prefix is
+// reserved), and a job of that id the schedule did not make (one written before the prefix
+// was reserved) is never taken for the fire's: the fire is skipped, job_id_taken.
+func TestFirerJobIDTaken(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		b.create(t, spec("nightly", "@every 10s"))
+		taken := schedules.JobID("nightly", at(10*time.Second))
+		_, _, err := b.eng.Submit(ctx, engine.SubmitParams{JobID: taken, Type: "noop", Agent: "mallory",
+			Payload: json.RawMessage(`{"evil":true}`), Actor: "agent:mallory"})
+		var verr *engine.ValidationError
+		require.ErrorAs(t, err, &verr)
+		require.Equal(t, "job_id", verr.Field)
+
+		// Written straight into the store, as a job of an older version could be.
+		_, inserted, err := b.st.JobInsert(ctx, store.JobInsertParams{ID: taken, Type: "noop", Agent: "mallory",
+			Payload: json.RawMessage(`{"evil":true}`), MaxAttempts: 1, AvailableAt: b.clock.Now(), Now: b.clock.Now()})
+		require.NoError(t, err)
+		require.True(t, inserted)
+		b.clock.Set(at(25 * time.Second))
+		res := b.pass(t)
+		require.Len(t, res.Fired, 1, "the fire at 10:00:20 only")
+		require.Equal(t, at(20*time.Second), res.Fired[0].FireTime)
+		skipped := b.audit(t, schedules.EventSkipped, "nightly")
+		require.Len(t, skipped, 1)
+		require.Equal(t, schedules.SkipJobIDTaken, skipped[0]["reason"])
+		job, err := b.st.JobGet(ctx, taken)
+		require.NoError(t, err)
+		require.Equal(t, "mallory", job.Agent, "the other job is left as it is")
 	})
 }

@@ -61,11 +61,14 @@ const (
 	// SkipInvalidJob: the template is no longer a valid submit (its type was removed from the
 	// configuration, say); the audit row says why.
 	SkipInvalidJob = "invalid_job"
+	// SkipJobIDTaken: a job of the fire's id exists that the schedule did not make (made
+	// before engine.ScheduleJobPrefix was reserved); it is not taken for the fire's.
+	SkipJobIDTaken = "job_id_taken"
 )
 
 // SkipReasons are every skip reason, for the metric's series.
 var SkipReasons = []string{SkipMissed, SkipCatchUpMax, SkipOverlap, SkipQueueFull, SkipPreviousRunning,
-	SkipPreviousFailed, SkipInvalidJob}
+	SkipPreviousFailed, SkipInvalidJob, SkipJobIDTaken}
 
 // scanMax bounds the fire times one plan walks: a dense schedule missed for long (every second
 // for weeks) is planned in parts of this many, each dropped but the last.

@@ -38,7 +38,7 @@ var IDPattern = ident.Pattern{Min: 1, Max: 96}
 
 // Actor is the audit actor of what a schedule does by itself: its jobs' job.submitted rows
 // and its fires.
-func Actor(scheduleID string) string { return "schedule:" + scheduleID }
+func Actor(scheduleID string) string { return engine.ScheduleActorPrefix + scheduleID }
 
 // JobID is the id of the job of a schedule's fire at fireTime: one id per fire time, so that
 // a fire made twice (it cannot be: the fire row is unique) would find its job rather than
@@ -46,9 +46,9 @@ func Actor(scheduleID string) string { return "schedule:" + scheduleID }
 // id carries the microseconds.
 func JobID(scheduleID string, fireTime time.Time) string {
 	if fireTime.Nanosecond() == 0 {
-		return "sch-" + scheduleID + "-" + strconv.FormatInt(fireTime.Unix(), 10)
+		return engine.ScheduleJobPrefix + scheduleID + "-" + strconv.FormatInt(fireTime.Unix(), 10)
 	}
-	return "sch-" + scheduleID + "-t" + strconv.FormatInt(fireTime.UnixMicro(), 10)
+	return engine.ScheduleJobPrefix + scheduleID + "-t" + strconv.FormatInt(fireTime.UnixMicro(), 10)
 }
 
 // SubmitParams are the parameters of the job of a fire: the template's, with the fire's job
