@@ -29,12 +29,38 @@ type TxSubmitter struct {
 	tx   store.Tx
 	jobs []store.Job
 	ctxs []context.Context
+	// flows are the jobs of a flow (an approval policy holds them, or they wait for others)
+	// written with their plans, which are followed up once the transaction has committed.
+	flows []txFlow
+}
+
+// txFlow is a flow's plan and the jobs a TxSubmitter wrote for it.
+type txFlow struct {
+	pl   *flowPlan
+	jobs []store.Job
 }
 
 // Insert inserts the job of p and its job.submitted audit row in the transaction, at the
 // engine's clock. A job whose id exists already is returned as it is with created=false, and
 // nothing is written: a deterministic id is the caller's second guard against a double.
 func (s *TxSubmitter) Insert(ctx context.Context, p *Prepared) (job store.Job, created bool, err error) {
+	if p.r.flow != nil {
+		// Held by an approval policy, or waiting for other jobs: written as a submit of a
+		// flow is, its request and dependency rows with it.
+		pl, err := s.e.jobPlan(ctx, p.r)
+		if err != nil {
+			return store.Job{}, false, err
+		}
+		jobs, existing, err := s.e.writeFlow(ctx, s.tx, pl)
+		switch {
+		case err != nil:
+			return store.Job{}, false, err
+		case existing != nil:
+			return *existing, false, nil
+		}
+		s.flows = append(s.flows, txFlow{pl: pl, jobs: jobs})
+		return jobs[0], true, nil
+	}
 	now := s.e.nowUTC()
 	job, created, err = s.tx.JobInsert(ctx, p.r.insertParams(now))
 	if err != nil || !created {
@@ -67,5 +93,10 @@ func (e *Engine) SubmitTx(ctx context.Context, fence Fence, fn func(tx store.Tx,
 		defer e.outbox.HoldAnswered()()
 		e.outbox.PublishSubmitted(ctx, sub.jobs, sub.ctxs)
 	}
-	return sub.jobs, nil
+	created := sub.jobs
+	for _, f := range sub.flows {
+		e.afterFlow(ctx, f.pl, f.jobs)
+		created = append(created, f.jobs...)
+	}
+	return created, nil
 }

@@ -99,6 +99,10 @@ type Firer struct {
 	cfg       FirerConfig
 	log       *slog.Logger
 	lastPrune time.Time
+	// The last queued and running fires a pass read: the next pass reads on from them, so
+	// that fires beyond a batch (a paused schedule's queued ones, jobs that run for days) do
+	// not hide the others.
+	queuedAfter, runningAfter *store.ScheduleFire
 }
 
 // NewFirer returns a Firer over st and eng.
@@ -203,7 +207,7 @@ func (f *Firer) work(ctx context.Context, now time.Time) (ids []string, full boo
 	if err != nil {
 		return nil, false, err
 	}
-	queued, err := f.st.ScheduleFireList(ctx, store.ScheduleFireListParams{State: store.FireQueued, Limit: f.cfg.Batch})
+	queued, err := f.rotate(ctx, store.FireQueued, &f.queuedAfter)
 	if err != nil {
 		return nil, false, err
 	}
@@ -216,11 +220,26 @@ func (f *Firer) work(ctx context.Context, now time.Time) (ids []string, full boo
 	return ids, len(due) == f.cfg.Batch, nil
 }
 
+// rotate reads a batch of the fires in state after *after and moves *after on: to the last of
+// a full batch, or back to the start after a short one.
+func (f *Firer) rotate(ctx context.Context, state store.FireState, after **store.ScheduleFire) ([]store.ScheduleFire, error) {
+	fires, err := f.st.ScheduleFireList(ctx, store.ScheduleFireListParams{State: state, After: *after, Limit: f.cfg.Batch})
+	if err != nil {
+		return nil, err
+	}
+	*after = nil
+	if len(fires) == f.cfg.Batch {
+		last := fires[len(fires)-1]
+		*after = &last
+	}
+	return fires, nil
+}
+
 // recordEnded marks the running fires whose jobs ended, so that they stop counting against
 // max_concurrent and can be deleted once old, and keeps the status of their jobs, which
 // retention may delete first.
 func (f *Firer) recordEnded(ctx context.Context) (int, error) {
-	running, err := f.st.ScheduleFireList(ctx, store.ScheduleFireListParams{State: store.FireRunning, Limit: f.cfg.Batch})
+	running, err := f.rotate(ctx, store.FireRunning, &f.runningAfter)
 	if err != nil {
 		return 0, err
 	}

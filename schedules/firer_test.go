@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -509,5 +510,50 @@ func TestFirerJobIDTaken(t *testing.T) {
 		job, err := b.st.JobGet(ctx, taken)
 		require.NoError(t, err)
 		require.Equal(t, "mallory", job.Agent, "the other job is left as it is")
+	})
+}
+
+// TestFirerApprovalPolicy: a schedule's job that an approval policy matches is held for
+// approval like any submit's, never made pending past it.
+func TestFirerApprovalPolicy(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		require.NoError(t, b.st.ApprovalPolicyUpsert(ctx, store.ApprovalPolicy{Name: "all-noop", Type: "noop",
+			TTL: time.Hour, OnExpiry: store.ExpiryReject, UpdatedBy: "admin", UpdatedAt: b.clock.Now()}))
+		require.NoError(t, b.eng.RefreshApprovalPolicies(ctx))
+		b.create(t, spec("held", "@every 10s"))
+		b.clock.Set(at(15 * time.Second))
+		res := b.pass(t)
+		require.Len(t, res.Fired, 1)
+		job, err := b.st.JobGet(ctx, res.Fired[0].JobID)
+		require.NoError(t, err)
+		require.Equal(t, store.JobAwaitingApproval, job.Status, "held, as the policy says")
+		req, err := b.st.ApprovalGet(ctx, job.ID, false)
+		require.NoError(t, err)
+		require.Equal(t, "all-noop", req.Policy)
+	})
+}
+
+// TestFirerReadsPastABatchOfRunningFires: fires whose jobs run for long, more than a pass
+// reads, do not keep another schedule's ended job from being recorded: the passes go round.
+func TestFirerReadsPastABatchOfRunningFires(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, b *bundle) {
+		b.firer = schedules.NewFirer(b.st, b.eng, schedules.FirerConfigFrom(b.cfg, schedules.FirerConfig{
+			Batch: 2, Metrics: b.metrics, Clock: b.clock.Now, Logger: slog.New(slog.DiscardHandler)}))
+		b.create(t, spec("long", "@every 10s"))
+		b.clock.Set(at(35 * time.Second))
+		require.Len(t, b.pass(t).Fired, 3, "three jobs that never end")
+		b.create(t, spec("short", "@every 1h"))
+		b.clock.Set(at(2 * time.Hour))
+		b.pass(t)
+		shorts := b.fires(t, "short")
+		require.Len(t, shorts, 1)
+		b.end(t, shorts[0].JobID, store.JobDone)
+		for range 4 {
+			b.pass(t)
+		}
+		require.Equal(t, store.FireEnded, b.fires(t, "short")[0].State, "recorded although older fires fill a batch")
 	})
 }

@@ -83,7 +83,10 @@ type ScheduleFireListParams struct {
 	ScheduleID string    // empty: every schedule's
 	State      FireState // empty: any
 	Newest     bool
-	Limit      int
+	// After, oldest first only: the fires after this one in (fire time, schedule) order, so
+	// that a caller that reads a page a pass goes round all of them.
+	After *ScheduleFire
+	Limit int
 }
 
 // ScheduleExecutor is the operations on schedules and schedule_fires.

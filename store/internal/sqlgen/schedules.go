@@ -115,6 +115,10 @@ func (e Executor) ScheduleFireList(ctx context.Context, p store.ScheduleFireList
 	var f filter
 	f.addIf("schedule_id = ?", p.ScheduleID)
 	f.addIf("state = ?", string(p.State))
+	if a := p.After; a != nil && !p.Newest {
+		at := e.d.Time(a.FireTime)
+		f.add("(fire_time > ? OR (fire_time = ? AND schedule_id > ?))", at, at, a.ScheduleID)
+	}
 	order := " ORDER BY fire_time, schedule_id"
 	if p.Newest {
 		order = " ORDER BY fire_time DESC, schedule_id DESC"
