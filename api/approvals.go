@@ -93,6 +93,8 @@ func decisionError(jobID string, err error) error {
 		return &Error{Status: http.StatusConflict, Code: wire.CodeNotAwaitingApproval, Message: err.Error()}
 	case errors.Is(err, engine.ErrAlreadyDecided):
 		return &Error{Status: http.StatusConflict, Code: wire.CodeAlreadyDecided, Message: err.Error()}
+	case errors.Is(err, engine.ErrApprovalExpired):
+		return &Error{Status: http.StatusConflict, Code: wire.CodeApprovalExpired, Message: err.Error()}
 	case errors.Is(err, engine.ErrEscalated):
 		return forbidden("%s", err.Error())
 	}

@@ -19,6 +19,9 @@ var (
 	ErrAlreadyDecided = errors.New("this approver has decided on the job already")
 	// ErrEscalated: the request expired and was escalated; only an admin decides it now.
 	ErrEscalated = errors.New("the approval request was escalated: only an admin decides it now")
+	// ErrApprovalExpired: the request is past its TTL, which the leader's expirer is about to
+	// act on (reject or escalate): no decision is taken on it any more.
+	ErrApprovalExpired = errors.New("the approval request is past its TTL: it is being rejected or escalated")
 )
 
 // ApprovalStatusWithdrawn is the status of a request whose job was cancelled before anyone
@@ -67,6 +70,9 @@ func (e *Engine) Decide(ctx context.Context, p DecideParams) (DecideOutcome, err
 		if req.Status == store.ApprovalEscalated && !p.Admin {
 			return ErrEscalated
 		}
+		if req.Status != store.ApprovalEscalated && req.ExpiresAt != nil && !req.ExpiresAt.After(now) {
+			return ErrApprovalExpired
+		}
 		decision := store.DecisionReject
 		if p.Approve {
 			decision = store.DecisionApprove
@@ -93,7 +99,8 @@ func (e *Engine) Decide(ctx context.Context, p DecideParams) (DecideOutcome, err
 	})
 	if err != nil {
 		switch {
-		case errors.Is(err, ErrNotAwaitingApproval), errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrEscalated):
+		case errors.Is(err, ErrNotAwaitingApproval), errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrEscalated),
+			errors.Is(err, ErrApprovalExpired):
 			return DecideOutcome{}, fmt.Errorf("job %s: %w", p.JobID, err)
 		}
 		return DecideOutcome{}, fmt.Errorf("decide on job %s: %w", p.JobID, err)

@@ -145,6 +145,10 @@ func TestApprovalsExpire(t *testing.T) {
 		require.Equal(t, engine.ExpireResult{}, res, "nothing has expired yet")
 
 		b.clock.Add(time.Minute)
+		// Past its TTL, before the expirer came by: no decision is taken on it any more.
+		_, err = b.decide(t, "up", "approver:ann", true)
+		require.ErrorIs(t, err, engine.ErrApprovalExpired)
+		require.Equal(t, store.JobAwaitingApproval, b.job(t, "up").Status)
 		fenced := func(context.Context, store.Tx) error { return store.ErrFenced }
 		_, err = b.eng.ExpireApprovals(ctx, fenced, 100)
 		require.ErrorIs(t, err, store.ErrFenced)

@@ -10,6 +10,8 @@ const (
 	// CodeAlreadyDecided: this approver decided on the job already; a two-key request needs
 	// two distinct approvers.
 	CodeAlreadyDecided = "already_decided"
+	// CodeApprovalExpired: the request is past its TTL; the leader rejects or escalates it.
+	CodeApprovalExpired = "approval_expired"
 )
 
 // DecisionRequest is the body of POST /jobs/{id}/approve and /reject.
