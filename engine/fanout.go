@@ -100,6 +100,9 @@ func (e *Engine) checkFanOut(ctx context.Context, p *SubmitParams) (*fanOutSpec,
 		spec.nodes = slices.Sorted(slices.Values(f.Nodes))
 	} else if spec.nodes, err = e.readyNodes(ctx, p, byID); err != nil {
 		return nil, err
+	} else if len(spec.nodes) > MaxFanOutNodes {
+		return nil, &UnsatisfiableError{Field: "fan_out", Message: fmt.Sprintf(
+			"%d nodes match, over the limit of %d a fan-out: narrow its node_selector", len(spec.nodes), MaxFanOutNodes)}
 	}
 	for _, n := range spec.nodes {
 		if child := p.JobID + "." + n; !JobIDPattern.MatchString(child) {

@@ -187,17 +187,19 @@ func (f *Firer) RunOnce(ctx context.Context) (Result, error) {
 		}
 		res.Schedules++
 	}
-	if err := errors.Join(errs...); err != nil {
-		return res, err
-	}
+	// A schedule that failed is tried again next pass; the others' pruning and the next wake
+	// go on regardless.
 	if now.Sub(f.lastPrune) >= pruneEvery {
 		if res.Pruned, err = f.prune(ctx, now); err != nil {
-			return res, err
+			errs = append(errs, err)
+		} else {
+			f.lastPrune = now
 		}
-		f.lastPrune = now
 	}
-	res.NextWake, err = f.nextWake(ctx, now, full)
-	return res, err
+	if res.NextWake, err = f.nextWake(ctx, now, full); err != nil {
+		errs = append(errs, err)
+	}
+	return res, errors.Join(errs...)
 }
 
 // work lists the schedules a pass handles: those due at now and those with queued fires;

@@ -31,8 +31,9 @@ const (
 	CatchUpMaxDefault = 100
 	CatchUpMaxLimit   = 10000
 	OverlapDefault    = OverlapSkip
-	// MaxConcurrentLimit bounds max_concurrent.
-	MaxConcurrentLimit = 10000
+	// MaxConcurrentLimit bounds max_concurrent: a fire counts the running fires of its
+	// schedule up to it (runningListMax).
+	MaxConcurrentLimit = 1000
 )
 
 // Why a fire fired (schedule.fired's reason).

@@ -102,7 +102,10 @@ func decide(a answer) wire.PreRunResponse {
 	switch {
 	case a.ok():
 		return wire.PreRunResponse{Decision: wire.PreRunRun, StatusCode: a.status}
-	case a.err == nil && a.status >= 400 && a.status < 500:
+	case a.err == nil && a.status >= 400 && a.status < 500 && a.status != http.StatusRequestTimeout &&
+		a.status != http.StatusTooManyRequests:
+		// A refusal. 408 and 429 are the hook's own load (it timed out, it is rate
+		// limiting): those retry, as a 5xx does.
 		msg := hookMessage(a.text)
 		if msg == "" {
 			msg = fmt.Sprintf("the pre-run hook refused the job (HTTP %d)", a.status)

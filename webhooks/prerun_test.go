@@ -75,6 +75,8 @@ func TestPreRun(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, "busy")
 		}, wire.PreRunResponse{Decision: wire.PreRunRetry, Message: "pre-run hook: HTTP 503: busy", StatusCode: 503}},
+		{"RateLimited", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTooManyRequests) },
+			wire.PreRunResponse{Decision: wire.PreRunRetry, Message: "pre-run hook: HTTP 429", StatusCode: 429}},
 		{"Redirect", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Location", "http://169.254.169.254/")
 			w.WriteHeader(http.StatusFound)

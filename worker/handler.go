@@ -65,8 +65,13 @@ func JobEnv(j Job) map[string]string {
 		env["CUDA_VISIBLE_DEVICES"] = ""
 	}
 	if len(j.Parents) > 0 {
-		raw, _ := json.Marshal(j.Parents) // strings and raw JSON from the claim: it cannot fail
-		env["ORCH_PARENTS"] = string(raw)
+		// Without HTML escaping, which would write each <, > and & of a result as six bytes
+		// and could take the variable past what the claim's budget allowed.
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(j.Parents) // strings and raw JSON from the claim: it cannot fail
+		env["ORCH_PARENTS"] = strings.TrimSuffix(b.String(), "\n")
 	}
 	if gpus := leasedGPUs(j); len(gpus) > 0 {
 		env["CUDA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")

@@ -195,4 +195,7 @@ func TestJobEnv(t *testing.T) {
 		"ORCH_JOB_ID": "j", "ORCH_JOB_ATTEMPT": "1",
 		"ORCH_PARENTS": `[{"job_id":"p","step":"a","status":"done","result":{"x":1}},{"job_id":"q","status":"done","truncated":true}]`,
 	}, JobEnv(Job{ID: "j", Attempt: 1, Parents: parents}), "a job with parents gets them as JSON")
+	html := []wire.Parent{{JobID: "p", Status: "done", Result: json.RawMessage(`"<a>&</a>"`)}}
+	require.Equal(t, `[{"job_id":"p","status":"done","result":"<a>&</a>"}]`,
+		JobEnv(Job{ID: "j", Attempt: 1, Parents: html})["ORCH_PARENTS"], "no HTML escaping: six bytes for each of < > &")
 }
