@@ -1,6 +1,7 @@
 package sqlgen
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -52,16 +53,32 @@ func (e Executor) WebhookDeliveryInsert(ctx context.Context, ds []store.WebhookD
 	return nil
 }
 
-// WebhookDeliveriesDue returns the pending deliveries due at now that may go: callbacks, and
-// those of active subscriptions not backing off (idx_webhook_deliveries_due).
+// WebhookDeliveriesDue returns the pending deliveries due at now that may go, oldest due first:
+// callbacks, and those of active subscriptions not backing off. It reads each such endpoint's
+// through idx_webhook_deliveries_sub_due (at most 100 subscriptions, a query each), so that the
+// pending deliveries of an endpoint that may not be sent to now are never read.
 func (e Executor) WebhookDeliveriesDue(ctx context.Context, now time.Time, limit int) ([]store.WebhookDelivery, error) {
 	at := e.d.Time(now)
-	ds, err := query(ctx, e.d, e.r, e.d.scanDelivery, "SELECT "+deliveryColumns+` FROM webhook_deliveries
-		WHERE status = ? AND next_attempt_at <= ? AND (subscription_id = '' OR subscription_id IN (
-			SELECT id FROM webhook_subscriptions WHERE status = ? AND (retry_at IS NULL OR retry_at <= ?)))
-		ORDER BY next_attempt_at, id LIMIT ?`,
-		string(store.DeliveryPending), at, string(store.WebhookActive), at, ClampLimit(limit, DispatchLimitDefault, DispatchLimitMax))
-	return ds, wrapErr("list due webhook deliveries", err)
+	limit = ClampLimit(limit, DispatchLimitDefault, DispatchLimitMax)
+	subs, err := QueryColumn[string](ctx, e.d, e.r, `SELECT id FROM webhook_subscriptions
+		WHERE status = ? AND (retry_at IS NULL OR retry_at <= ?) ORDER BY id`, string(store.WebhookActive), at)
+	if err != nil {
+		return nil, wrapErr("list due webhook deliveries", err)
+	}
+	var all []store.WebhookDelivery
+	for _, sub := range append([]string{""}, subs...) {
+		ds, err := query(ctx, e.d, e.r, e.d.scanDelivery, "SELECT "+deliveryColumns+` FROM webhook_deliveries
+			WHERE subscription_id = ? AND status = ? AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?`,
+			sub, string(store.DeliveryPending), at, limit)
+		if err != nil {
+			return nil, wrapErr("list due webhook deliveries", err)
+		}
+		all = append(all, ds...)
+	}
+	slices.SortFunc(all, func(a, b store.WebhookDelivery) int {
+		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), cmp.Compare(a.ID, b.ID))
+	})
+	return all[:min(len(all), limit)], nil
 }
 
 // WebhookDeliveryRecord writes each record: a compare-and-set UPDATE of the delivery, and its

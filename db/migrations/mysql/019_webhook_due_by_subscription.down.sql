@@ -1,0 +1,1 @@
+ALTER TABLE webhook_deliveries DROP INDEX idx_webhook_deliveries_sub_due;

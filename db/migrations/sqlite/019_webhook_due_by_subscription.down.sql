@@ -1,0 +1,1 @@
+DROP INDEX idx_webhook_deliveries_sub_due;
